@@ -1,0 +1,209 @@
+"""Surface: ChatGravity, a LangChain chat model whose every call is steered by gravity."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from opentelemetry.trace import Span
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from agent_gravity import _model_store
+from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
+from agent_gravity._errors import ContextLengthError
+from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
+from agent_gravity._reasoning import ReasoningSplitter, scaffold, split_reasoning
+from agent_gravity._steering import ReasoningIds, SteeringSpec
+from agent_gravity._telemetry import chat_span, response_attributes, set_attributes
+from agent_gravity.backends.base import (
+    Backend,
+    GenerationDelta,
+    GenerationRequest,
+    GenerationResult,
+    SamplingSettings,
+    StreamItem,
+    adrain,
+    drain,
+)
+
+_OVERRIDES = ("gravity", "temperature", "top_p", "seed")
+
+
+@dataclass
+class _Call:
+    """One prepared model call: what goes to the backend and how to read what comes back."""
+
+    backend: Backend
+    request: GenerationRequest
+    fmt: ReasoningFormat | None
+    params: dict[str, Any]
+
+
+def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig) -> ReasoningIds:
+    """Token ids the engine needs to close reasoning in ``fmt``."""
+    return ReasoningIds(
+        end_ids=tuple(backend.encode(fmt.end)),
+        answer_prefix_ids=tuple(backend.encode(fmt.answer_prefix)),
+        line_break_ids=backend.line_break_ids,
+        newline_ids=tuple(backend.encode("\n")),
+        max_reasoning_tokens=config.max_reasoning_tokens,
+    )
+
+
+class ChatGravity(BaseChatModel):
+    """Chat model that watches next-token entropy and ends reasoning once it has locked in.
+
+    ``ChatGravity()`` runs the embedded SmolLM2-135M-Instruct on the local vLLM backend;
+    ``model`` names any local Hugging Face model folder instead.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str | None = None
+    """A local model folder; None uses the embedded default (fetched and converted on first use)."""
+    gravity: GravityConfig = Field(default_factory=GravityConfig)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_model_len: int = 4096
+    backend: Any = Field(default=None, exclude=True)
+    """A ready Backend to use instead of starting the local vLLM engine."""
+
+    _backend: Backend | None = PrivateAttr(default=None)
+
+    @property
+    def _llm_type(self) -> str:
+        return "agent-gravity"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model": self.model or _model_store.DEFAULT_MODEL.name, "gravity": self.gravity.model_dump(),
+                "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+
+    def get_backend(self) -> Backend:
+        """The backend this model runs on, starting (or joining) the local vLLM engine on first use."""
+        if self._backend is None:
+            self._backend = self.backend or self._start_local_backend()
+        return self._backend
+
+    def _start_local_backend(self) -> Backend:
+        from agent_gravity.backends.local_vllm import EngineSettings, shared_backend
+
+        if self.model is None:
+            folder, name = _model_store.pull(), _model_store.DEFAULT_MODEL.name
+        else:
+            folder, name = Path(self.model).expanduser().resolve(), None
+        return shared_backend(EngineSettings(str(folder), max_model_len=self.max_model_len), name)
+
+    # -- one call, sync and async share everything but the transport --------------------------
+
+    def _prepare(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> _Call:
+        unknown = set(kwargs) - set(_OVERRIDES)
+        if unknown:
+            raise TypeError(f"unsupported call options {sorted(unknown)}; supported: {', '.join(_OVERRIDES)}")
+        opts = {k: kwargs.get(k, getattr(self, k)) for k in _OVERRIDES}
+        config: GravityConfig = opts["gravity"]
+        chat = to_chat_dicts(messages)
+        backend = self.get_backend()
+        fmt = self._format(backend, config)
+        prefill, ids = "", None
+        if fmt is not None:
+            chat, prefill = scaffold(chat, fmt)
+            ids = reasoning_ids(backend, fmt, config)
+        prompt = backend.render(chat, prefill)
+        budget = config.max_answer_tokens + (config.max_reasoning_tokens + len(ids.newline_ids + ids.end_ids + ids.answer_prefix_ids) if ids else 0)
+        if len(prompt) + budget > backend.max_context:
+            raise ContextLengthError(
+                f"the prompt has {len(prompt)} tokens and generation may add {budget} "
+                f"(max_reasoning_tokens + max_answer_tokens), but the context holds {backend.max_context}; "
+                "shorten the conversation, lower the budgets in GravityConfig, or raise max_model_len"
+            )
+        spec = SteeringSpec(key=uuid.uuid4().hex, eos_ids=tuple(backend.eos_ids), policy=config.policy_spec(),
+                            min_tokens=config.min_tokens, reasoning=ids)
+        sampling = SamplingSettings(max_tokens=budget, temperature=opts["temperature"], top_p=opts["top_p"],
+                                    seed=opts["seed"], stop=tuple(stop or ()))
+        params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
+                  "seed": opts["seed"]}
+        return _Call(backend, GenerationRequest(prompt, sampling, spec), fmt, params)
+
+    @staticmethod
+    def _format(backend: Backend, config: GravityConfig) -> ReasoningFormat | None:
+        if config.reasoning != "auto":
+            return config.reasoning
+        native = getattr(backend, "single_token_id", lambda _: None)
+        return NATIVE_THINK if native("<think>") is not None and native("</think>") is not None else ReasoningFormat()
+
+    def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
+        answer_complete = result.finish_reason == "stop"
+        usage = usage_metadata(result)
+        gravity = gravity_metadata(result, answer_complete)
+        set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
+                                                 result.finish_reason, dict(usage), gravity))
+        return {
+            "usage_metadata": usage,
+            "response_metadata": {"model_name": call.backend.model_name, "model_provider": call.backend.provider,
+                                  "finish_reason": result.finish_reason, "gravity": gravity},
+        }
+
+    def _message(self, call: _Call, result: GenerationResult, span: Span) -> AIMessage:
+        reasoning, answer = split_reasoning(result.text, call.fmt) if call.fmt else ("", result.text.strip())
+        kwargs = {"reasoning_content": reasoning} if reasoning else {}
+        return AIMessage(content=answer, additional_kwargs=kwargs, id=result.response_id,
+                         **self._message_fields(call, result, span))
+
+    def _chunk(self, call: _Call, item: StreamItem, splitter: ReasoningSplitter | None,
+               span: Span) -> ChatGenerationChunk:
+        if isinstance(item, GenerationDelta):
+            reasoning, answer = splitter.feed(item.text) if splitter else ("", item.text)
+            kwargs = {"reasoning_content": reasoning} if reasoning else {}
+            return ChatGenerationChunk(message=AIMessageChunk(content=answer, additional_kwargs=kwargs))
+        reasoning, answer = splitter.close() if splitter else ("", "")
+        kwargs = {"reasoning_content": reasoning} if reasoning else {}
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content=answer, additional_kwargs=kwargs, id=item.response_id, chunk_position="last",
+            **self._message_fields(call, item, span)))
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                  run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        call = self._prepare(messages, stop, kwargs)
+        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
+            result = drain(call.backend.stream(call.request))
+            return ChatResult(generations=[ChatGeneration(message=self._message(call, result, span))])
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                         run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        call = self._prepare(messages, stop, kwargs)
+        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
+            result = await adrain(call.backend.astream(call.request))
+            return ChatResult(generations=[ChatGeneration(message=self._message(call, result, span))])
+
+    def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        call = self._prepare(messages, stop, kwargs)
+        splitter = ReasoningSplitter(call.fmt) if call.fmt else None
+        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
+            for item in call.backend.stream(call.request):
+                chunk = self._chunk(call, item, splitter, span)
+                if run_manager:
+                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
+
+    async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
+                       run_manager: AsyncCallbackManagerForLLMRun | None = None,
+                       **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        call = self._prepare(messages, stop, kwargs)
+        splitter = ReasoningSplitter(call.fmt) if call.fmt else None
+        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
+            async for item in call.backend.astream(call.request):
+                chunk = self._chunk(call, item, splitter, span)
+                if run_manager:
+                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                yield chunk
+

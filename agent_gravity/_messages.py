@@ -1,0 +1,96 @@
+"""Wire formats: LangChain messages to chat dicts, engine results to LangChain metadata. Pure functions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.messages.ai import UsageMetadata
+
+from agent_gravity.backends.base import GenerationResult
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _text_of(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif isinstance(block, dict) and block.get("type") in ("reasoning", "thinking"):
+            continue  # earlier reasoning is not sent back to the model
+        else:
+            kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+            raise ValueError(f"content blocks of type {kind!r} are not supported; send text only")
+    return "".join(parts)
+
+
+def _role_of(message: BaseMessage) -> str:
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, ToolMessage):
+        return "tool"
+    if isinstance(message, ChatMessage):
+        if message.role not in ROLES:
+            raise ValueError(f"unknown message role {message.role!r}; use one of {', '.join(ROLES)}")
+        return message.role
+    raise ValueError(
+        f"unsupported message type {type(message).__name__} (role {message.type!r}); "
+        "use SystemMessage, HumanMessage, AIMessage, ToolMessage or ChatMessage"
+    )
+
+
+def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
+    """Convert LangChain messages to ``{"role", "content"}`` dicts for a chat template."""
+    if not messages:
+        raise ValueError("the message list is empty; pass at least one message")
+    return [{"role": _role_of(m), "content": _text_of(m)} for m in messages]
+
+
+def usage_metadata(result: GenerationResult) -> UsageMetadata:
+    """Token usage of one generation."""
+    output = len(result.token_ids)
+    return UsageMetadata(
+        input_tokens=result.prompt_tokens, output_tokens=output, total_tokens=result.prompt_tokens + output
+    )
+
+
+def gravity_metadata(result: GenerationResult, answer_complete: bool) -> dict[str, Any]:
+    """What gravity saw and did during one generation, for ``response_metadata["gravity"]``."""
+    steering = result.steering
+    total = len(result.token_ids)
+    reasoning_tokens = steering.reasoning_tokens if steering and steering.reasoning_tokens is not None else 0
+    answer_start = steering.answer_start if steering and steering.answer_start is not None else reasoning_tokens
+    lock = steering.lock if steering else None
+    finite = [e for e in result.entropy if math.isfinite(e)]
+    return {
+        "enabled": bool(steering and steering.spec.policy is not None),
+        "terminated_early": bool(steering and steering.terminated_early),
+        "reason": steering.exit.value if steering and steering.exit else None,
+        "detail": lock.describe() if lock and steering and steering.terminated_early else None,
+        "lock_step": lock.step if lock else None,
+        "trigger": dict(lock.values) if lock else None,
+        "reasoning_tokens": reasoning_tokens,
+        "answer_tokens": max(total - answer_start, 0) if steering and steering.spec.reasoning else total,
+        "answer_complete": answer_complete,
+        "entropy": list(result.entropy),
+        "entropy_mean": sum(finite) / len(finite) if finite else None,
+    }

@@ -1,0 +1,87 @@
+"""Telemetry: one OpenTelemetry span per model call, GenAI semantic conventions plus gravity attributes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from agent_gravity import __version__
+
+GRAVITY_PREFIX = "agent_gravity."
+_log = logging.getLogger(__name__)
+
+
+def _tracer() -> trace.Tracer:
+    return trace.get_tracer("agent_gravity", __version__)
+
+
+def request_attributes(provider: str, model: str, params: dict[str, Any]) -> dict[str, Any]:
+    """GenAI request attributes of a chat call."""
+    attrs: dict[str, Any] = {
+        gen_ai.GEN_AI_OPERATION_NAME: "chat",
+        gen_ai.GEN_AI_PROVIDER_NAME: provider,
+        gen_ai.GEN_AI_REQUEST_MODEL: model,
+        gen_ai.GEN_AI_REQUEST_TEMPERATURE: params.get("temperature"),
+        gen_ai.GEN_AI_REQUEST_TOP_P: params.get("top_p"),
+        gen_ai.GEN_AI_REQUEST_MAX_TOKENS: params.get("max_tokens"),
+        gen_ai.GEN_AI_REQUEST_SEED: params.get("seed"),
+    }
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
+def response_attributes(
+    model: str, response_id: str, finish_reason: str, usage: dict[str, int], gravity: dict[str, Any]
+) -> dict[str, Any]:
+    """GenAI response and gravity attributes of a finished chat call; never any message text."""
+    entropy = [e for e in gravity.get("entropy", []) if e == e]
+    attrs: dict[str, Any] = {
+        gen_ai.GEN_AI_RESPONSE_MODEL: model,
+        gen_ai.GEN_AI_RESPONSE_ID: response_id,
+        gen_ai.GEN_AI_RESPONSE_FINISH_REASONS: (finish_reason,),
+        gen_ai.GEN_AI_USAGE_INPUT_TOKENS: usage["input_tokens"],
+        gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS: usage["output_tokens"],
+        GRAVITY_PREFIX + "enabled": gravity["enabled"],
+        GRAVITY_PREFIX + "terminated_early": gravity["terminated_early"],
+        GRAVITY_PREFIX + "reasoning_tokens": gravity["reasoning_tokens"],
+        GRAVITY_PREFIX + "answer_tokens": gravity["answer_tokens"],
+        GRAVITY_PREFIX + "answer_complete": gravity["answer_complete"],
+    }
+    if gravity["reason"]:
+        attrs[GRAVITY_PREFIX + "reason"] = gravity["reason"]
+    if gravity["lock_step"] is not None:
+        attrs[GRAVITY_PREFIX + "lock_step"] = gravity["lock_step"]
+    if entropy:
+        attrs[GRAVITY_PREFIX + "entropy.mean"] = sum(entropy) / len(entropy)
+        attrs[GRAVITY_PREFIX + "entropy.min"] = min(entropy)
+        attrs[GRAVITY_PREFIX + "entropy.max"] = max(entropy)
+    return attrs
+
+
+def set_attributes(span: Span, attrs: dict[str, Any]) -> None:
+    """Set attributes; telemetry trouble is logged, never raised into the model call."""
+    try:
+        span.set_attributes(attrs)
+    except Exception:  # noqa: BLE001
+        _log.warning("could not record span attributes", exc_info=True)
+
+
+@contextmanager
+def chat_span(provider: str, model: str, params: dict[str, Any]) -> Iterator[Span]:
+    """Open ``chat {model}`` as a client span under the caller's active span."""
+    with _tracer().start_as_current_span(
+        f"chat {model}", kind=SpanKind.CLIENT, attributes=request_attributes(provider, model, params),
+        record_exception=False, set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            span.set_attribute("error.type", type(exc).__qualname__)
+            raise

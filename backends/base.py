@@ -1,0 +1,109 @@
+"""The Backend extension point: an engine that generates tokens and reports the entropy signal."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from agent_gravity._steering import Steering, SteeringSpec
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How to sample; temperature 0 is greedy."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
+    """Return this many top log-probabilities per generated token (-1: the whole vocabulary)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One prompt, already rendered to token ids, with its sampling and steering settings."""
+
+    prompt_ids: Sequence[int]
+    sampling: SamplingSettings
+    steering: SteeringSpec | None = None
+
+
+@dataclass(frozen=True)
+class GenerationDelta:
+    """Newly generated tokens of a streaming request, with their entropies."""
+
+    token_ids: list[int]
+    text: str
+    entropy: list[float]
+
+
+@dataclass
+class GenerationResult:
+    """A finished request."""
+
+    response_id: str
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    """``stop`` (end of sequence or a stop string), ``length`` (max_tokens) or ``abort``."""
+    prompt_tokens: int
+    entropy: list[float] = field(default_factory=list)
+    """Exact entropy (nats) of the distribution each generated token was sampled from."""
+    steering: Steering | None = None
+    logprobs: list[dict[int, float]] | None = None
+    """Per generated token, the log-probabilities asked for with ``SamplingSettings.logprobs``."""
+
+
+StreamItem = GenerationDelta | GenerationResult
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What ChatGravity needs from an engine. Implementations live one per file in this package."""
+
+    provider: str
+    """The ``gen_ai.provider.name`` of the engine, e.g. ``vllm``."""
+    model_name: str
+    max_context: int
+    eos_ids: tuple[int, ...]
+    line_break_ids: tuple[int, ...]
+    """Ids of the tokens whose text ends with a newline."""
+
+    def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
+        """Render chat messages with the model's template, add the assistant prefix and ``prefill``."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` with no special tokens added."""
+        ...
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of ``token_ids``, special tokens skipped."""
+        ...
+
+    def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
+        """Yield deltas as tokens are generated, then the GenerationResult last."""
+        ...
+
+    def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
+        """Async form of :meth:`stream`."""
+        ...
+
+
+def drain(items: Iterator[StreamItem]) -> GenerationResult:
+    """Consume a stream and return its final result."""
+    for item in items:
+        if isinstance(item, GenerationResult):
+            return item
+    raise RuntimeError("backend stream ended without a result")
+
+
+async def adrain(items: AsyncIterator[StreamItem]) -> GenerationResult:
+    """Async form of :func:`drain`."""
+    async for item in items:
+        if isinstance(item, GenerationResult):
+            return item
+    raise RuntimeError("backend stream ended without a result")

@@ -1,0 +1,331 @@
+"""Local vLLM backend: runs vLLM in the caller's process with the gravity logits processor."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import itertools
+import os
+import queue
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from agent_gravity._errors import EngineError, EngineMemoryError, ModelNotFoundError
+from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
+from agent_gravity.backends.base import (
+    GenerationDelta,
+    GenerationRequest,
+    GenerationResult,
+    StreamItem,
+)
+
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What identifies an engine: chat models asking for equal settings share one."""
+
+    model_dir: str
+    max_model_len: int = 4096
+    dtype: str = "auto"
+    kv_cache_gib: int = 2
+    seed: int = 0
+    max_logprobs: int = 20
+    """Most top log-probabilities a request may ask for; -1 allows the whole vocabulary."""
+
+    def memory_needed(self) -> int:
+        """Bytes of host memory the engine will hold: weights, KV cache and a working margin."""
+        weights = sum(p.stat().st_size for p in Path(self.model_dir).glob("*.safetensors"))
+        return int(weights + self.kv_cache_gib * _GIB + 1 * _GIB)
+
+
+class _EngineLoop:
+    """Owns a vLLM LLMEngine; one thread steps it and routes outputs to per-request sinks."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._sinks: dict[str, Callable[[Any], None]] = {}
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="agent-gravity-engine", daemon=True)
+        self._thread.start()
+
+    def submit(self, request_id: str, prompt: dict, params: Any, sink: Callable[[Any], None]) -> None:
+        if self._failure is not None:
+            raise EngineError(f"the vLLM engine has stopped: {self._failure!r}") from self._failure
+        self._inbox.put(("add", (request_id, prompt, params, sink)))
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    def close(self) -> None:
+        self._inbox.put(("close", None))
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        try:
+            while self._drain_inbox(block=not self._engine.has_unfinished_requests()):
+                if self._engine.has_unfinished_requests():
+                    for output in self._engine.step():
+                        self._deliver(output)
+        except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
+            self._failure = exc
+            for sink in list(self._sinks.values()):
+                sink(exc)
+            self._sinks.clear()
+
+    def _drain_inbox(self, block: bool) -> bool:
+        """Apply queued commands; return False once closed."""
+        while True:
+            try:
+                kind, payload = self._inbox.get(block=block)
+            except queue.Empty:
+                return True
+            block = False
+            if kind == "close":
+                return False
+            if kind == "abort":
+                self._engine.abort_request([payload])
+                sink = self._sinks.pop(payload, None)
+                if sink is not None:
+                    sink(None)
+                continue
+            request_id, prompt, params, sink = payload
+            try:
+                self._engine.add_request(request_id, prompt, params)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller that sent it
+                sink(exc)
+                continue
+            self._sinks[request_id] = sink
+
+    def _deliver(self, output: Any) -> None:
+        sink = self._sinks.get(output.request_id)
+        if sink is None:
+            return
+        if output.finished:
+            del self._sinks[output.request_id]
+        sink(output)
+
+
+class LocalVLLMBackend:
+    """vLLM in this process, with exact per-token entropy and gravity exits decided in-engine."""
+
+    provider = "vllm"
+
+    def __init__(self, settings: EngineSettings, model_name: str | None = None) -> None:
+        if not Path(settings.model_dir, "config.json").is_file():
+            raise ModelNotFoundError(
+                f"model folder {settings.model_dir!r} does not exist or has no config.json; "
+                "give a local Hugging Face model folder, or omit the model to use the embedded default"
+            )
+        self.settings = settings
+        self.model_name = model_name or Path(settings.model_dir).name
+        self._llm = _start_engine(settings)
+        self._tokenizer = self._llm.get_tokenizer()
+        self.max_context = settings.max_model_len
+        self.eos_ids = _eos_ids(self._llm)
+        self._loop = _EngineLoop(self._llm.llm_engine)
+        self._ids = itertools.count()
+        self.closed = False
+
+    def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
+        text = self._tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return self._tokenizer.encode(text + prefill, add_special_tokens=False)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    @functools.cached_property
+    def line_break_ids(self) -> tuple[int, ...]:
+        return tuple(i for i in range(len(self._tokenizer)) if self.decode([i]).endswith("\n"))
+
+    def single_token_id(self, text: str) -> int | None:
+        """The id of ``text`` when the vocabulary holds it as one token."""
+        ids = self.encode(text)
+        return ids[0] if len(ids) == 1 else None
+
+    def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
+        inbox: queue.Queue[Any] = queue.Queue()
+        run = _Run(self, request)
+        self._loop.submit(run.request_id, run.prompt, run.params, inbox.put)
+        try:
+            while not run.done:
+                yield from run.take(inbox.get())
+        finally:
+            run.finish(self._loop)
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
+        inbox: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        run = _Run(self, request)
+        self._loop.submit(run.request_id, run.prompt, run.params,
+                          lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item))
+        try:
+            while not run.done:
+                for item in run.take(await inbox.get()):
+                    yield item
+        finally:
+            run.finish(self._loop)
+
+    def close(self) -> None:
+        """Stop the engine and free its memory; later calls on this backend fail."""
+        if self.closed:
+            return
+        self.closed = True
+        _ENGINES.pop(self.settings, None)
+        self._loop.close()
+        self._llm.llm_engine.engine_core.shutdown()
+
+
+class _Run:
+    """One request's journey through the engine loop: parameters in, deltas and result out."""
+
+    def __init__(self, backend: LocalVLLMBackend, request: GenerationRequest) -> None:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        from agent_gravity.backends._vllm_processor import REGISTRY
+
+        self.backend, self.request = backend, request
+        self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.prompt = {"prompt_token_ids": list(request.prompt_ids)}
+        s = request.sampling
+        extra = None
+        self.steering: Steering | None = None
+        if request.steering is not None:
+            self.steering = Steering(request.steering)
+            REGISTRY.put(self.steering)
+            extra = {EXTRA_ARGS_KEY: request.steering.to_dict()}
+        self.params = SamplingParams(
+            max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
+            stop=list(s.stop) or None, logprobs=s.logprobs, output_kind=RequestOutputKind.DELTA,
+            extra_args=extra,
+        )
+        self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
+        self.token_ids: list[int] = []
+        self.text: list[str] = []
+        self.done = False
+
+    def take(self, item: Any) -> list[StreamItem]:
+        if isinstance(item, BaseException):
+            self.done = True
+            raise EngineError(f"generation failed in the vLLM engine: {item}") from item
+        if item is None:
+            self.done = True
+            return [self._result("abort")]
+        completion = item.outputs[0]
+        start = len(self.token_ids)
+        self.token_ids.extend(completion.token_ids)
+        self.text.append(completion.text)
+        if self.logprobs is not None and completion.logprobs:
+            self.logprobs.extend({i: lp.logprob for i, lp in step.items()} for step in completion.logprobs)
+        entropy = self.steering.entropy[start:len(self.token_ids)] if self.steering else []
+        items: list[StreamItem] = []
+        if completion.token_ids:
+            items.append(GenerationDelta(list(completion.token_ids), completion.text, list(entropy)))
+        if item.finished:
+            self.done = True
+            items.append(self._result(completion.finish_reason or "stop"))
+        return items
+
+    def _result(self, finish_reason: str) -> GenerationResult:
+        n = len(self.token_ids)
+        return GenerationResult(
+            response_id=self.request_id,
+            token_ids=self.token_ids,
+            text="".join(self.text),
+            finish_reason=finish_reason,
+            prompt_tokens=len(self.request.prompt_ids),
+            entropy=self.steering.entropy[:n] if self.steering else [],
+            steering=self.steering,
+            logprobs=self.logprobs,
+        )
+
+    def finish(self, loop: _EngineLoop) -> None:
+        from agent_gravity.backends._vllm_processor import REGISTRY
+
+        if not self.done:
+            loop.abort(self.request_id)
+        if self.steering is not None:
+            REGISTRY.pop(self.steering.spec.key)
+
+
+_ENGINES: dict[EngineSettings, LocalVLLMBackend] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def available_memory() -> int:
+    """Bytes of host memory available for a new engine."""
+    return psutil.virtual_memory().available
+
+
+def shared_backend(settings: EngineSettings, model_name: str | None = None) -> LocalVLLMBackend:
+    """Return the running engine for ``settings``, starting it if memory allows."""
+    with _ENGINES_LOCK:
+        backend = _ENGINES.get(settings)
+        if backend is not None:
+            return backend
+        if _ENGINES:
+            needed, free = settings.memory_needed(), available_memory()
+            if needed > free:
+                running = ", ".join(s.model_dir for s in _ENGINES)
+                raise EngineMemoryError(
+                    f"starting a second engine for {settings.model_dir!r} needs about "
+                    f"{needed / _GIB:.1f} GiB but only {free / _GIB:.1f} GiB is free while "
+                    f"{running} runs; use the same model and engine settings to share the running "
+                    "engine, or call close() on the other chat model's backend first"
+                )
+        backend = LocalVLLMBackend(settings, model_name)
+        _ENGINES[settings] = backend
+        return backend
+
+
+def _close_all() -> None:
+    for backend in list(_ENGINES.values()):
+        backend.close()
+
+
+atexit.register(_close_all)
+
+
+def _start_engine(settings: EngineSettings) -> Any:
+    # The processor must run in this process so traces come back without a round trip,
+    # and a local folder must never send the loader to a model hub.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    import torch
+    from vllm import LLM
+
+    from agent_gravity.backends._vllm_processor import GravityLogitsProcessor
+
+    on_gpu = torch.cuda.is_available()
+    dtype = settings.dtype if settings.dtype != "auto" or on_gpu else "float32"
+    return LLM(
+        model=settings.model_dir,
+        dtype=dtype,
+        max_model_len=settings.max_model_len,
+        enforce_eager=not on_gpu,
+        seed=settings.seed,
+        max_logprobs=settings.max_logprobs,
+        logits_processors=[GravityLogitsProcessor],
+    )
+
+
+def _eos_ids(llm: Any) -> tuple[int, ...]:
+    ids = {llm.get_tokenizer().eos_token_id}
+    generation_eos = llm.llm_engine.model_config.get_diff_sampling_param().get("stop_token_ids") or []
+    ids.update(generation_eos)
+    return tuple(sorted(i for i in ids if i is not None))
