@@ -38,8 +38,9 @@ class EngineSettings:
     dtype: str = "auto"
     kv_cache_gib: int = 2
     seed: int = 0
-    max_logprobs: int = 20
-    """Most top log-probabilities a request may ask for; -1 allows the whole vocabulary."""
+    max_logprobs: int = -1
+    """Most log-probabilities a request may ask for. In-process nothing crosses a wire,
+    so the whole vocabulary (-1) is allowed: it is how a caller checks the entropy trace."""
 
     def memory_needed(self) -> int:
         """Bytes of host memory the engine will hold: weights, KV cache and a working margin."""

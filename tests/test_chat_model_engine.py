@@ -1,0 +1,187 @@
+"""ChatGravity against the real embedded model on the real local vLLM CPU engine."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+
+import pytest
+from langchain_core.messages import AIMessageChunk, ChatMessage, HumanMessage
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+
+from agent_gravity import ChatGravity, ContextLengthError, EngineMemoryError, GravityConfig, ModelNotFoundError
+from agent_gravity._steering import SteeringSpec
+from agent_gravity.backends import GenerationRequest, SamplingSettings
+from agent_gravity.backends.base import drain
+from tests.conftest import PROVIDER
+
+pytestmark = pytest.mark.engine
+
+LOOPING = "If a shirt costs 20 dollars and is 25% off, what is the price?"
+SIMPLE = "Tom has 3 apples and buys 5 more. How many apples does he have?"
+OFF = GravityConfig(enabled=False)
+
+
+def entropy_from_logprobs(step: dict[int, float]) -> float:
+    """Entropy in float64 from the engine's own full-vocabulary log-probabilities."""
+    return -sum(math.exp(lp) * lp for lp in step.values() if lp > -math.inf)
+
+
+def plain_request(chat: ChatGravity, text: str, max_tokens: int) -> GenerationRequest:
+    backend = chat.get_backend()
+    prompt = backend.render([{"role": "user", "content": text}])
+    spec = SteeringSpec(key=f"trace-{text[:8]}-{max_tokens}", eos_ids=backend.eos_ids)
+    return GenerationRequest(prompt, SamplingSettings(max_tokens=max_tokens, logprobs=-1), spec)
+
+
+def assert_trace_is_exact(result) -> None:
+    assert len(result.entropy) == len(result.token_ids) == len(result.logprobs)
+    expected = [entropy_from_logprobs(step) for step in result.logprobs]
+    assert result.entropy == pytest.approx(expected, abs=2e-4)
+
+
+def test_entropy_trace_is_exact_against_the_engines_own_logprobs(chat):
+    result = drain(chat.get_backend().stream(plain_request(chat, "Name three colours.", 10)))
+    assert_trace_is_exact(result)
+    assert max(result.entropy) > 0.05  # a real distribution, not a constant
+
+
+def test_concurrent_requests_of_different_lengths_keep_their_own_traces(chat):
+    backend = chat.get_backend()
+    texts = ["Count to five.", "What is the capital of France?", "Say hello."]
+    requests = [plain_request(chat, t, n) for t, n in zip(texts, (3, 9, 6))]
+    results: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        results[i] = drain(backend.stream(requests[i]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(requests))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, n in enumerate((3, 9, 6)):
+        assert len(results[i].token_ids) <= n
+        assert_trace_is_exact(results[i])
+
+
+def test_gravity_ends_converged_reasoning_early_and_the_answer_follows(chat):
+    base = chat.invoke(LOOPING, gravity=OFF)
+    grav = chat.invoke(LOOPING)
+    g, b = grav.response_metadata["gravity"], base.response_metadata["gravity"]
+    assert g["terminated_early"] and g["reason"] == "gravity"
+    assert "window_mean locked" in g["detail"] and g["trigger"]["mean_entropy"] < g["trigger"]["threshold"]
+    assert grav.usage_metadata["output_tokens"] < base.usage_metadata["output_tokens"]
+    assert g["reasoning_tokens"] < b["reasoning_tokens"]
+    assert grav.content and g["answer_tokens"] > 0 and g["answer_complete"]
+    assert grav.additional_kwargs["reasoning_content"]
+    assert len(g["entropy"]) == grav.usage_metadata["output_tokens"]
+    assert not b["terminated_early"] and b["lock_step"] is None
+
+
+def test_gravity_off_keeps_the_trace_and_uses_the_same_format(chat):
+    msg = chat.invoke(SIMPLE, gravity=OFF)
+    meta = msg.response_metadata["gravity"]
+    assert meta["enabled"] is False and meta["reason"] in ("model_ended", "reasoning_budget")
+    assert "8" in msg.content
+    assert len(meta["entropy"]) == msg.usage_metadata["output_tokens"]
+    usage = msg.usage_metadata
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] and usage["input_tokens"] > 20
+
+
+def test_stream_gives_the_same_message_as_invoke(chat):
+    whole = chat.invoke(LOOPING)
+    chunks = list(chat.stream(LOOPING))
+    assert all(isinstance(c, AIMessageChunk) for c in chunks) and len(chunks) > 5
+    merged = chunks[0]
+    for c in chunks[1:]:
+        merged += c
+    assert merged.content.strip() == whole.content
+    assert merged.additional_kwargs["reasoning_content"].strip() == whole.additional_kwargs["reasoning_content"]
+    assert merged.usage_metadata == whole.usage_metadata
+    assert merged.response_metadata["gravity"]["terminated_early"]
+
+
+async def test_async_invoke_and_stream(chat):
+    msg, chunks = await asyncio.gather(chat.ainvoke(SIMPLE), _collect(chat.astream(LOOPING)))
+    assert msg.content and msg.response_metadata["gravity"]["entropy"]
+    assert chunks[-1].response_metadata["gravity"]["reasoning_tokens"] > 0
+
+
+async def _collect(aiter):
+    return [c async for c in aiter]
+
+
+def test_batch_runs_concurrently_on_one_engine(chat):
+    questions = [SIMPLE, LOOPING, "Sara has 12 cookies and eats 4. How many are left?"]
+    messages = chat.batch(questions)
+    assert [bool(m.content) for m in messages] == [True, True, True]
+    assert len({m.id for m in messages}) == 3
+
+
+def test_one_span_per_call_with_genai_and_gravity_attributes_and_no_text(chat, spans):
+    msg = chat.invoke(LOOPING)
+    (span,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")]
+    a = span.attributes
+    assert span.name == "chat SmolLM2-135M-Instruct"
+    assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "vllm"
+    assert a["gen_ai.request.model"] == "SmolLM2-135M-Instruct"
+    assert a["gen_ai.usage.input_tokens"] == msg.usage_metadata["input_tokens"]
+    assert a["gen_ai.usage.output_tokens"] == msg.usage_metadata["output_tokens"]
+    assert a["gen_ai.response.finish_reasons"] == ("stop",)
+    assert a["gen_ai.response.id"] == msg.id
+    assert a["agent_gravity.terminated_early"] is True and a["agent_gravity.reason"] == "gravity"
+    assert a["agent_gravity.reasoning_tokens"] == msg.response_metadata["gravity"]["reasoning_tokens"]
+    assert 0 <= a["agent_gravity.entropy.min"] <= a["agent_gravity.entropy.mean"] <= a["agent_gravity.entropy.max"]
+    recorded = " ".join(v for v in a.values() if isinstance(v, str))
+    for text in (LOOPING, "shirt", msg.additional_kwargs["reasoning_content"][:20]):
+        assert text not in recorded
+    assert not [k for k in a if k.startswith(("gen_ai.input", "gen_ai.output", "gen_ai.prompt"))]
+    assert not span.events
+
+
+class _Broken(SpanExporter):
+    def export(self, spans):
+        raise ConnectionError("collector unreachable")
+
+    def shutdown(self):
+        pass
+
+
+def test_a_failing_exporter_never_breaks_the_call(chat):
+    PROVIDER.add_span_processor(SimpleSpanProcessor(_Broken()))
+    assert chat.invoke(SIMPLE).content
+
+
+def test_chat_models_on_the_same_model_share_one_engine(chat):
+    other = ChatGravity(gravity=GravityConfig(window=5, threshold=0.3))
+    assert other.get_backend() is chat.get_backend()
+
+
+def test_bad_messages_get_clear_errors(chat):
+    with pytest.raises(ValueError, match="message list is empty"):
+        chat.invoke([])
+    with pytest.raises(ValueError, match="unknown message role 'narrator'"):
+        chat.invoke([ChatMessage(role="narrator", content="hi")])
+
+
+def test_a_prompt_longer_than_the_context_is_refused_before_the_engine(chat):
+    with pytest.raises(ContextLengthError, match="the context holds 4096"):
+        chat.invoke([HumanMessage("word " * 5000)])
+    assert chat.invoke(SIMPLE).content  # the engine is still healthy
+
+
+def test_a_missing_model_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="does not exist"):
+        ChatGravity(model=str(tmp_path / "nope")).invoke("hi")
+
+
+def test_a_second_engine_that_does_not_fit_is_refused(chat, monkeypatch):
+    from agent_gravity.backends import local_vllm
+
+    monkeypatch.setattr(local_vllm, "available_memory", lambda: 1 << 30)
+    running = dict(local_vllm._ENGINES)
+    with pytest.raises(EngineMemoryError, match="only 1.0 GiB is free"):
+        ChatGravity(max_model_len=2048).invoke(SIMPLE)
+    assert local_vllm._ENGINES == running

@@ -1,0 +1,115 @@
+"""The in-engine state machine, driven the way an engine drives it."""
+
+import math
+
+import pytest
+import torch
+
+from agent_gravity._steering import Action, Exit, ReasoningIds, Steering, SteeringSpec
+from agent_gravity.backends._logits import apply_action
+
+EOS, NL, END0, END1, PREFIX = 2, 10, 100, 101, 102
+
+
+def make_spec(policy=None, min_tokens=0, max_reasoning=50, reasoning=True) -> SteeringSpec:
+    ids = ReasoningIds(end_ids=(END0, END1), answer_prefix_ids=(PREFIX,), line_break_ids=(NL,),
+                       newline_ids=(NL,), max_reasoning_tokens=max_reasoning)
+    return SteeringSpec(key="k", eos_ids=(EOS,), policy=policy, min_tokens=min_tokens,
+                        reasoning=ids if reasoning else None)
+
+
+def drive(steering: Steering, script: list[tuple[float, int]]) -> list[int]:
+    """Play the model: at each step it wants ``token`` at ``entropy``; forced tokens win."""
+    out: list[int] = []
+    for entropy, wanted in script:
+        action = steering.step(entropy, out)
+        out.append(action.force if action.force is not None else wanted)
+    return out
+
+
+def test_model_closing_its_reasoning_gets_the_rest_of_the_marker_forced():
+    steering = Steering(make_spec())
+    out = drive(steering, [(2.0, 5), (2.0, 6), (2.0, NL), (2.0, END0), (2.0, 0), (2.0, 0), (2.0, 7), (2.0, 8)])
+    assert out == [5, 6, NL, END0, END1, PREFIX, 7, 8]
+    assert steering.exit is Exit.MODEL and not steering.terminated_early
+    assert steering.reasoning_tokens == 3 and steering.answer_start == 6
+
+
+def test_gravity_closes_reasoning_at_the_next_line_start_after_the_lock():
+    policy = {"name": "window_mean", "window": 2, "threshold": 0.5}
+    steering = Steering(make_spec(policy=policy))
+    script = [(0.1, 5), (0.1, 6), (0.1, 7), (0.1, NL)] + [(0.1, 9)] * 6
+    out = drive(steering, script)
+    assert steering.lock is not None and steering.lock.step == 1
+    # locked after token 1, but the line ends only at token 3: the marker starts at token 4
+    assert out[:7] == [5, 6, 7, NL, END0, END1, PREFIX]
+    assert steering.exit is Exit.GRAVITY and steering.terminated_early
+    assert steering.reasoning_tokens == 4 and steering.answer_start == 7
+
+
+def test_gravity_waits_for_min_tokens():
+    policy = {"name": "window_mean", "window": 2, "threshold": 0.5}
+    steering = Steering(make_spec(policy=policy, min_tokens=6))
+    out = drive(steering, [(0.1, NL)] * 12)
+    assert steering.lock.step == 5
+    assert out[6:9] == [END0, END1, PREFIX]
+
+
+def test_budget_closes_reasoning_mid_line_with_a_newline_first():
+    steering = Steering(make_spec(max_reasoning=4))
+    out = drive(steering, [(3.0, 5)] * 10)
+    assert out[:8] == [5, 5, 5, 5, NL, END0, END1, PREFIX]
+    assert steering.exit is Exit.BUDGET and not steering.terminated_early
+
+
+def test_gravity_off_never_fires():
+    steering = Steering(make_spec(policy=None, max_reasoning=100))
+    drive(steering, [(0.0, NL)] * 60)
+    assert steering.lock is None and steering.exit is None
+
+
+def test_reasoning_moves_end_of_sequence_onto_the_marker_and_the_answer_is_never_empty():
+    steering = Steering(make_spec())
+    assert steering.step(1.0, []) == Action(ban=(EOS,), merge_into=END0)
+    out = drive(steering, [(1.0, END0), (1.0, 0), (1.0, 0), (1.0, EOS)])
+    assert steering.answer_start == 3
+    assert steering.step(1.0, out[:3]) == Action(ban=(EOS,))
+    assert steering.step(1.0, out[:3] + [7]) == Action()
+
+
+def test_a_discarded_sample_is_overwritten_not_appended():
+    steering = Steering(make_spec())
+    steering.step(1.0, [])
+    steering.step(1.5, [])  # the engine threw the first sample away (chunked prefill)
+    steering.step(2.0, [5])
+    assert steering.entropy == [1.5, 2.0]
+
+
+def test_plain_generation_records_the_lock_but_never_forces():
+    policy = {"name": "window_mean", "window": 2, "threshold": 0.5}
+    steering = Steering(make_spec(policy=policy, reasoning=False))
+    out = drive(steering, [(0.1, 5)] * 10)
+    assert out == [5] * 10
+    assert steering.lock is not None and steering.exit is None
+
+
+def test_spec_round_trips_through_plain_data_and_rejects_bad_data():
+    spec = make_spec(policy={"name": "window_mean", "window": 3, "threshold": 0.7}, min_tokens=4)
+    assert SteeringSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ValueError, match="invalid agent_gravity settings"):
+        SteeringSpec.from_dict({"key": "k"})
+    bad_policy = dict(spec.to_dict(), policy={"name": "window_mean", "window": 0})
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        SteeringSpec.from_dict(bad_policy)
+
+
+def test_apply_action_forces_bans_and_moves_mass():
+    row = torch.log(torch.tensor([0.1, 0.2, 0.3, 0.4]))
+    forced = row.clone()
+    apply_action(forced, Action(force=2))
+    assert forced.argmax().item() == 2 and torch.isinf(forced[[0, 1, 3]]).all()
+    merged = row.clone()
+    apply_action(merged, Action(ban=(3,), merge_into=0))
+    assert math.isinf(merged[3].item())
+    assert merged[0].exp().item() == pytest.approx(0.5)
+    assert merged.exp().sum().item() == pytest.approx(1.0)
