@@ -23,10 +23,11 @@ def _demo(args: argparse.Namespace) -> int:
 
     bar = tqdm(total=2 + 2 * len(QUESTIONS), desc="fetching the model", file=sys.stderr, unit="step")
     with contextlib.redirect_stdout(sys.stderr):
-        folder = args.model or str(_model_store.pull(progress=lambda msg: bar.set_description(msg)))
+        if args.model is None:
+            _model_store.pull(progress=lambda msg: bar.set_description(msg))
         bar.update(1)
         bar.set_description("starting the vLLM engine")
-        llm = ChatGravity(model=folder)
+        llm = ChatGravity(model=args.model)
         llm.get_backend()
         bar.update(1)
 

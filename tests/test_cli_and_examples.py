@@ -1,0 +1,45 @@
+"""The demo command and the examples, run for real on the shared engine."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from agent_gravity._cli import main
+from agent_gravity._demo import DemoRun, as_table
+
+pytestmark = pytest.mark.engine
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def test_demo_json_shows_gravity_saving_tokens_with_answers_kept(chat, capsys):
+    assert main(["demo", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "vllm" and out["model"] == "SmolLM2-135M-Instruct"
+    runs = out["runs"]
+    assert {r["mode"] for r in runs} == {"baseline", "gravity"} and len(runs) % 2 == 0
+    for run in runs:
+        assert set(run) == {"question", "mode", "answer", "tokens", "reasoning_tokens", "terminated_early",
+                            "reason", "wall_s", "entropy"}
+        assert len(run["entropy"]) == run["tokens"] and run["wall_s"] > 0
+    pairs = list(zip(runs[::2], runs[1::2]))
+    assert all(b["question"] == g["question"] for b, g in pairs)
+    assert all(g["answer"] for _, g in pairs)
+    assert any(g["terminated_early"] and g["tokens"] < b["tokens"] for b, g in pairs)
+
+
+def test_quickstart_example_runs(chat, capsys):
+    runpy.run_path(str(EXAMPLES / "quickstart.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "gravity on : answer=" in out and "gravity off: answer=" in out
+
+
+def test_table_puts_baseline_and_gravity_side_by_side():
+    runs = [DemoRun("Q one?", "baseline", "8", 40, 30, False, "model_ended", 2.0, [0.1] * 40),
+            DemoRun("Q one?", "gravity", "8", 20, 10, True, "window_mean locked at token 9", 1.0, [0.1] * 20)]
+    table = as_table(runs)
+    assert "Q one?" in table and "ended early: window_mean locked at token 9" in table
+    assert "baseline 40, gravity 20 (50% fewer)" in table
