@@ -185,3 +185,11 @@ def test_a_second_engine_that_does_not_fit_is_refused(chat, monkeypatch):
     with pytest.raises(EngineMemoryError, match="only 1.0 GiB is free"):
         ChatGravity(max_model_len=2048).invoke(SIMPLE)
     assert local_vllm._ENGINES == running
+
+
+def test_plain_generation_never_cuts_and_only_observes(chat):
+    msg = chat.invoke(SIMPLE, gravity=GravityConfig(reasoning=None, max_answer_tokens=40))
+    meta = msg.response_metadata["gravity"]
+    assert msg.content and "reasoning_content" not in msg.additional_kwargs
+    assert not meta["terminated_early"] and meta["reason"] is None and meta["reasoning_tokens"] == 0
+    assert meta["answer_tokens"] == msg.usage_metadata["output_tokens"] <= 40
