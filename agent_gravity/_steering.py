@@ -126,14 +126,18 @@ class Steering:
     def terminated_early(self) -> bool:
         return self.exit is Exit.GRAVITY
 
-    def step(self, entropy: float, output_ids: list[int]) -> Action:
-        """Record this step's entropy, confirm the tokens sampled since, and decide."""
+    def step(self, entropy: float, output_ids: list[int], top_id: int | None = None) -> Action:
+        """Record this step's entropy, confirm the tokens sampled since, and decide.
+
+        ``top_id`` is the model's most likely next token: when gravity fires where the model
+        was about to close its reasoning anyway, the exit is credited to the model.
+        """
         t = len(output_ids)
         self._record(t, entropy)
         for s in range(self._confirmed, t):
             self._on_token(s, output_ids[s])
         self._confirmed = max(self._confirmed, t)
-        return self._decide(t, output_ids[t - 1] if t else None)
+        return self._decide(t, output_ids[t - 1] if t else None, top_id)
 
     def _record(self, t: int, entropy: float) -> None:
         # A step whose sample the engine discarded (chunked prefill) is seen again at the same t.
@@ -161,14 +165,15 @@ class Steering:
         if lock is not None and s + 1 >= self.spec.min_tokens:
             self.lock = lock
 
-    def _decide(self, t: int, last: int | None) -> Action:
+    def _decide(self, t: int, last: int | None, top_id: int | None) -> Action:
         reasoning = self.spec.reasoning
         if self._phase is Phase.REASONING:
             assert reasoning is not None
             marker = [*reasoning.end_ids, *reasoning.answer_prefix_ids]
             at_line_start = last is None or last in reasoning.line_break_ids
             if self.lock is not None and at_line_start:
-                self._close(t, Exit.GRAVITY, marker)
+                closing_anyway = top_id == reasoning.end_ids[0] or top_id in self.spec.eos_ids
+                self._close(t, Exit.MODEL if closing_anyway else Exit.GRAVITY, marker)
             elif t >= reasoning.max_reasoning_tokens:
                 self._close(t, Exit.BUDGET, marker if at_line_start else [*reasoning.newline_ids, *marker])
             else:

@@ -88,8 +88,9 @@ class GravityLogitsProcessor(LogitsProcessor):
         if not self._rows:
             return logits
         indices = sorted(i for i in self._rows if i < logits.shape[0])
-        entropies = token_entropy(logits[indices]).tolist()
-        for index, entropy in zip(indices, entropies):
+        rows = logits[indices]
+        entropies, top_ids = token_entropy(rows).tolist(), rows.argmax(dim=-1).tolist()
+        for index, entropy, top_id in zip(indices, entropies, top_ids):
             row = self._rows[index]
-            apply_action(logits[index], row.steering.step(entropy, row.output_ids))
+            apply_action(logits[index], row.steering.step(entropy, row.output_ids, top_id))
         return logits

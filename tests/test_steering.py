@@ -47,6 +47,18 @@ def test_gravity_closes_reasoning_at_the_next_line_start_after_the_lock():
     assert steering.reasoning_tokens == 4 and steering.answer_start == 7
 
 
+def test_a_lock_where_the_model_was_closing_anyway_is_credited_to_the_model():
+    policy = {"name": "window_mean", "window": 2, "threshold": 0.5}
+    steering = Steering(make_spec(policy=policy))
+    out: list[int] = []
+    for token in (5, 6, NL):
+        steering.step(0.1, out, top_id=token)
+        out.append(token)
+    action = steering.step(0.1, out, top_id=END0)
+    assert action.force == END0
+    assert steering.exit is Exit.MODEL and not steering.terminated_early and steering.lock is not None
+
+
 def test_gravity_waits_for_min_tokens():
     policy = {"name": "window_mean", "window": 2, "threshold": 0.5}
     steering = Steering(make_spec(policy=policy, min_tokens=6))
