@@ -1,27 +1,48 @@
-"""agent-gravity: entropy-steered inference middleware for LLM agents."""
+"""agent-gravity: entropy-steered inference middleware for LLM agents.
+
+Public names load on first use, so ``agent_gravity.kernels`` imports with torch and Triton alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from agent_gravity._chat_model import ChatGravity  # noqa: E402
-from agent_gravity._config import GravityConfig, ReasoningFormat  # noqa: E402
-from agent_gravity._errors import (  # noqa: E402
-    ContextLengthError,
-    EngineError,
-    EngineMemoryError,
-    GravityError,
-    ModelCacheError,
-    ModelNotFoundError,
-)
+_EXPORTS = {
+    "ChatGravity": "agent_gravity._chat_model",
+    "GravityConfig": "agent_gravity._config",
+    "ReasoningFormat": "agent_gravity._config",
+    "ContextLengthError": "agent_gravity._errors",
+    "EngineError": "agent_gravity._errors",
+    "EngineMemoryError": "agent_gravity._errors",
+    "GravityError": "agent_gravity._errors",
+    "InvalidCallOptionError": "agent_gravity._errors",
+    "InvalidMessageError": "agent_gravity._errors",
+    "ModelCacheError": "agent_gravity._errors",
+    "ModelNotFoundError": "agent_gravity._errors",
+}
+__all__ = [*_EXPORTS, "__version__"]
 
-__all__ = [
-    "ChatGravity",
-    "ContextLengthError",
-    "EngineError",
-    "EngineMemoryError",
-    "GravityConfig",
-    "GravityError",
-    "ModelCacheError",
-    "ModelNotFoundError",
-    "ReasoningFormat",
-    "__version__",
-]
+if TYPE_CHECKING:
+    from agent_gravity._chat_model import ChatGravity
+    from agent_gravity._config import GravityConfig, ReasoningFormat
+    from agent_gravity._errors import (
+        ContextLengthError,
+        EngineError,
+        EngineMemoryError,
+        GravityError,
+        InvalidCallOptionError,
+        InvalidMessageError,
+        ModelCacheError,
+        ModelNotFoundError,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'agent_gravity' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

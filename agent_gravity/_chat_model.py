@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pydantic import ConfigDict, Field, PrivateAttr
 
 from agent_gravity import _model_store
 from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
-from agent_gravity._errors import ContextLengthError
+from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
 from agent_gravity._reasoning import ReasoningSplitter, scaffold, split_reasoning
 from agent_gravity._steering import ReasoningIds, SteeringSpec
@@ -46,12 +47,23 @@ class _Call:
     params: dict[str, Any]
 
 
+@functools.lru_cache(maxsize=32)
+def _ids_where(backend: Backend, kind: str, text: str) -> tuple[int, ...]:
+    """Vocabulary ids whose text ends with a line break, or stripped equals ``text``."""
+    if kind == "line_break":
+        return tuple(i for i, t in enumerate(backend.token_texts) if t.endswith("\n"))
+    return tuple(i for i, t in enumerate(backend.token_texts) if t.strip() == text and t.strip())
+
+
 def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig) -> ReasoningIds:
     """Token ids the engine needs to close reasoning in ``fmt``."""
+    end_ids = tuple(backend.encode(fmt.end))
+    first_piece = backend.decode(end_ids[:1]).strip()
     return ReasoningIds(
-        end_ids=tuple(backend.encode(fmt.end)),
+        end_ids=end_ids,
+        end_start_ids=tuple(sorted({end_ids[0], *_ids_where(backend, "piece", first_piece)})),
         answer_prefix_ids=tuple(backend.encode(fmt.answer_prefix)),
-        line_break_ids=backend.line_break_ids,
+        line_break_ids=_ids_where(backend, "line_break", ""),
         newline_ids=tuple(backend.encode("\n")),
         max_reasoning_tokens=config.max_reasoning_tokens,
     )
@@ -64,15 +76,15 @@ class ChatGravity(BaseChatModel):
     ``model`` names any local Hugging Face model folder instead.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     model: str | None = None
     """A local model folder; None uses the embedded default (fetched and converted on first use)."""
     gravity: GravityConfig = Field(default_factory=GravityConfig)
-    temperature: float = 0.0
-    top_p: float = 1.0
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = None
-    max_model_len: int = 4096
+    max_model_len: int = Field(4096, ge=16)
     backend: Any = Field(default=None, exclude=True)
     """A ready Backend to use instead of starting the local vLLM engine."""
 
@@ -107,8 +119,11 @@ class ChatGravity(BaseChatModel):
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> _Call:
         unknown = set(kwargs) - set(_OVERRIDES)
         if unknown:
-            raise TypeError(f"unsupported call options {sorted(unknown)}; supported: {', '.join(_OVERRIDES)}")
+            raise InvalidCallOptionError(
+                f"unsupported call options {sorted(unknown)}; supported: {', '.join(_OVERRIDES)}")
         opts = {k: kwargs.get(k, getattr(self, k)) for k in _OVERRIDES}
+        if kwargs:  # per-call options get the same validation as the constructor's
+            opts = self.model_validate({**self.model_dump(exclude={"backend"}), **opts}).__dict__
         config: GravityConfig = opts["gravity"]
         chat = to_chat_dicts(messages)
         backend = self.get_backend()
@@ -141,9 +156,8 @@ class ChatGravity(BaseChatModel):
         return NATIVE_THINK if native("<think>") is not None and native("</think>") is not None else ReasoningFormat()
 
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
-        answer_complete = result.finish_reason == "stop"
         usage = usage_metadata(result)
-        gravity = gravity_metadata(result, answer_complete)
+        gravity = gravity_metadata(result)
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
         return {

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def _quiet_engine_logs() -> None:
@@ -51,6 +52,36 @@ def _model_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_overhead(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agent_gravity import ChatGravity
+    from agent_gravity.bench import overhead
+
+    bar = tqdm(total=len(args.batch) * 2 * args.rounds, desc="starting the vLLM engine", file=sys.stderr)
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = ChatGravity(model=args.model).get_backend()
+
+        def advance(r) -> None:
+            bar.set_description(f"batch {r.batch} {r.mode}: {r.tokens_per_s:.1f} tok/s")
+            bar.update(1)
+
+        report = overhead.main(backend, args.batch, args.rounds, args.tokens, Path(args.out), advance)
+    bar.close()
+    print(overhead.table(report))
+    print(f"wrote {Path(args.out) / 'overhead.json'} and {Path(args.out) / 'overhead.png'}")
+    return 0
+
+
+def _bench_kernels(args: argparse.Namespace) -> int:
+    from agent_gravity.bench import kernels
+
+    report = kernels.main(args.device, args.dtype, args.repeats, Path(args.out))
+    print(kernels.table(report))
+    print(f"wrote {Path(args.out) / 'kernels.json'} and {Path(args.out) / 'kernels.png'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-gravity", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     model_commands = model.add_subparsers(dest="model_command", required=True)
     pull = model_commands.add_parser("pull", help="fetch, verify and convert the embedded model; print its folder")
     pull.set_defaults(run=_model_pull)
+    bench = commands.add_parser("bench", help="measure, as ratios against a baseline in the same run")
+    benches = bench.add_subparsers(dest="bench_command", required=True)
+    over = benches.add_parser("overhead", help="decode throughput with the gravity processor working vs idle")
+    over.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (default: 1 8)")
+    over.add_argument("--rounds", type=int, default=6, help="alternating round pairs per batch size")
+    over.add_argument("--tokens", type=int, default=64, help="tokens generated per request")
+    over.add_argument("--model", help="a local model folder (default: the embedded model)")
+    over.add_argument("--out", default="artifacts/bench", help="folder for overhead.json and overhead.png")
+    over.set_defaults(run=_bench_overhead)
+    kern = benches.add_parser("kernels", help="token_entropy against torch eager and torch.compile")
+    kern.add_argument("--device", default="auto", help="cuda, cpu or auto")
+    kern.add_argument("--dtype", default="bfloat16", choices=["float32", "float16", "bfloat16"])
+    kern.add_argument("--repeats", type=int, default=50)
+    kern.add_argument("--out", default="artifacts/bench", help="folder for kernels.json and kernels.png")
+    kern.set_defaults(run=_bench_kernels)
     return parser
 
 

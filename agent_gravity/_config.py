@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class ReasoningFormat(BaseModel):
@@ -66,6 +66,13 @@ class GravityConfig(BaseModel):
         if value <= 0:
             raise ValueError(f"threshold must be above 0 nats, got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _can_fire(self) -> GravityConfig:
+        if self.enabled and self.min_tokens >= self.max_reasoning_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must be below max_reasoning_tokens "
+                             f"({self.max_reasoning_tokens}), or gravity could never fire")
+        return self
 
     def policy_spec(self) -> dict[str, Any] | None:
         """The policy spec the engine runs, or None when gravity is off."""

@@ -27,6 +27,7 @@ class DemoRun:
     reason: str | None
     wall_s: float
     entropy: list[float]
+    detail: str | None = None
 
 
 def run_one(llm: ChatGravity, question: str, gravity: GravityConfig) -> DemoRun:
@@ -42,9 +43,10 @@ def run_one(llm: ChatGravity, question: str, gravity: GravityConfig) -> DemoRun:
         tokens=message.usage_metadata["output_tokens"],
         reasoning_tokens=meta["reasoning_tokens"],
         terminated_early=meta["terminated_early"],
-        reason=meta["detail"] or meta["reason"],
+        reason=meta["reason"],
         wall_s=round(wall, 3),
         entropy=meta["entropy"],
+        detail=meta["detail"],
     )
 
 
@@ -60,7 +62,8 @@ def run_demo(llm: ChatGravity, questions: tuple[str, ...] = QUESTIONS, on_run=la
 
 def as_json(llm: ChatGravity, runs: list[DemoRun]) -> dict:
     backend = llm.get_backend()
-    return {"backend": backend.provider, "model": backend.model_name, "runs": [asdict(r) for r in runs]}
+    return {"backend": backend.provider, "model": backend.model_name,
+            "runs": [{k: v for k, v in asdict(r).items() if k != "detail"} for r in runs]}
 
 
 def _clip(text: str, width: int) -> str:
@@ -73,7 +76,7 @@ def as_table(runs: list[DemoRun]) -> str:
     header = f"{'question':<34} {'mode':<8} {'answer':<24} {'tokens':>6} {'reason.':>7} {'wall s':>6}  gravity"
     lines = [header, "-" * len(header)]
     for run in runs:
-        fired = f"ended early: {run.reason}" if run.terminated_early else f"no ({run.reason})"
+        fired = f"ended early: {run.detail}" if run.terminated_early else f"no ({run.reason})"
         question = _clip(run.question, 34) if run.mode == "baseline" else ""
         lines.append(f"{question:<34} {run.mode:<8} {_clip(run.answer, 24):<24} {run.tokens:>6} "
                      f"{run.reasoning_tokens:>7} {run.wall_s:>6.1f}  {fired}")

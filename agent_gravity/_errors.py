@@ -1,11 +1,14 @@
-"""Errors: each says what to fix, and subclasses the built-in error a caller would catch."""
+"""Errors: each says what to fix, and subclasses the langchain-core or built-in error a caller would catch."""
+
+from langchain_core.exceptions import ContextOverflowError, ModelInvalidRequestError
+from langchain_core.exceptions import ModelNotFoundError as _LCModelNotFoundError
 
 
 class GravityError(Exception):
     """Base class of every agent-gravity error."""
 
 
-class ModelNotFoundError(GravityError, FileNotFoundError):
+class ModelNotFoundError(GravityError, _LCModelNotFoundError, FileNotFoundError):
     """The model folder does not exist or is not a model."""
 
 
@@ -13,12 +16,20 @@ class ModelCacheError(GravityError, RuntimeError):
     """The embedded model could not be fetched, verified or converted."""
 
 
-class ContextLengthError(GravityError, ValueError):
+class ContextLengthError(GravityError, ContextOverflowError, ValueError):
     """The prompt and its generation budget do not fit in the model's context."""
 
 
+class InvalidMessageError(GravityError, ModelInvalidRequestError, ValueError):
+    """A message the model cannot take: an empty list, an unknown role, a non-text block."""
+
+
+class InvalidCallOptionError(GravityError, ModelInvalidRequestError, TypeError):
+    """A per-call option the chat model does not have."""
+
+
 class EngineError(GravityError, RuntimeError):
-    """The engine failed while generating."""
+    """The engine failed while generating, or was closed."""
 
 
 class EngineMemoryError(GravityError, MemoryError):

@@ -16,6 +16,7 @@ from langchain_core.messages import (
 )
 from langchain_core.messages.ai import UsageMetadata
 
+from agent_gravity._errors import InvalidMessageError
 from agent_gravity.backends.base import GenerationResult
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -35,7 +36,7 @@ def _text_of(message: BaseMessage) -> str:
             continue  # earlier reasoning is not sent back to the model
         else:
             kind = block.get("type") if isinstance(block, dict) else type(block).__name__
-            raise ValueError(f"content blocks of type {kind!r} are not supported; send text only")
+            raise InvalidMessageError(f"content blocks of type {kind!r} are not supported; send text only")
     return "".join(parts)
 
 
@@ -50,9 +51,9 @@ def _role_of(message: BaseMessage) -> str:
         return "tool"
     if isinstance(message, ChatMessage):
         if message.role not in ROLES:
-            raise ValueError(f"unknown message role {message.role!r}; use one of {', '.join(ROLES)}")
+            raise InvalidMessageError(f"unknown message role {message.role!r}; use one of {', '.join(ROLES)}")
         return message.role
-    raise ValueError(
+    raise InvalidMessageError(
         f"unsupported message type {type(message).__name__} (role {message.type!r}); "
         "use SystemMessage, HumanMessage, AIMessage, ToolMessage or ChatMessage"
     )
@@ -61,7 +62,7 @@ def _role_of(message: BaseMessage) -> str:
 def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     """Convert LangChain messages to ``{"role", "content"}`` dicts for a chat template."""
     if not messages:
-        raise ValueError("the message list is empty; pass at least one message")
+        raise InvalidMessageError("the message list is empty; pass at least one message")
     return [{"role": _role_of(m), "content": _text_of(m)} for m in messages]
 
 
@@ -73,12 +74,21 @@ def usage_metadata(result: GenerationResult) -> UsageMetadata:
     )
 
 
-def gravity_metadata(result: GenerationResult, answer_complete: bool) -> dict[str, Any]:
+def _split_counts(result: GenerationResult) -> tuple[int, int]:
+    """(reasoning tokens, answer tokens) of a generation."""
+    steering, total = result.steering, len(result.token_ids)
+    if steering is None or steering.spec.reasoning is None:
+        return 0, total
+    if steering.answer_start is None:  # stopped before the answer began (a stop string, or aborted)
+        return total, 0
+    return steering.reasoning_tokens or 0, total - steering.answer_start
+
+
+def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
     """What gravity saw and did during one generation, for ``response_metadata["gravity"]``."""
     steering = result.steering
-    total = len(result.token_ids)
-    reasoning_tokens = steering.reasoning_tokens if steering and steering.reasoning_tokens is not None else 0
-    answer_start = steering.answer_start if steering and steering.answer_start is not None else reasoning_tokens
+    reasoning_tokens, answer_tokens = _split_counts(result)
+    answer_started = steering is None or steering.spec.reasoning is None or steering.answer_start is not None
     lock = steering.lock if steering else None
     finite = [e for e in result.entropy if math.isfinite(e)]
     return {
@@ -89,8 +99,8 @@ def gravity_metadata(result: GenerationResult, answer_complete: bool) -> dict[st
         "lock_step": lock.step if lock else None,
         "trigger": dict(lock.values) if lock else None,
         "reasoning_tokens": reasoning_tokens,
-        "answer_tokens": max(total - answer_start, 0) if steering and steering.spec.reasoning else total,
-        "answer_complete": answer_complete,
+        "answer_tokens": answer_tokens,
+        "answer_complete": answer_started and result.finish_reason == "stop",
         "entropy": list(result.entropy),
         "entropy_mean": sum(finite) / len(finite) if finite else None,
     }

@@ -24,7 +24,9 @@ class ReasoningIds:
     """Token ids of a reasoning format, as the engine sees them."""
 
     end_ids: tuple[int, ...]
-    """The end-of-reasoning marker; its first id is what the model samples to close reasoning."""
+    """The end-of-reasoning marker as forced; end-of-sequence mass moves onto its first id."""
+    end_start_ids: tuple[int, ...]
+    """Ids that begin the marker as the model may write it (``</``, `` </``...): sampling one closes reasoning."""
     answer_prefix_ids: tuple[int, ...]
     """Forced after the marker, so the answer starts where the caller can find it."""
     line_break_ids: tuple[int, ...]
@@ -61,14 +63,18 @@ class SteeringSpec:
                 min_tokens=int(data.get("min_tokens", 0)),
                 reasoning=None if reasoning is None else ReasoningIds(
                     **{name: tuple(int(i) for i in reasoning[name])
-                       for name in ("end_ids", "answer_prefix_ids", "line_break_ids", "newline_ids")},
+                       for name in ("end_ids", "end_start_ids", "answer_prefix_ids", "line_break_ids",
+                                    "newline_ids")},
                     max_reasoning_tokens=int(reasoning["max_reasoning_tokens"]),
                 ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: {exc!r}") from exc
-        if spec.reasoning is not None and not (spec.reasoning.end_ids and spec.reasoning.newline_ids):
-            raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: reasoning.end_ids and newline_ids must be set")
+        if spec.reasoning is not None and not (
+            spec.reasoning.end_ids and spec.reasoning.newline_ids and spec.reasoning.end_ids[0] in spec.reasoning.end_start_ids
+        ):
+            raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: reasoning.end_ids and newline_ids must be set, "
+                             "and end_start_ids must hold end_ids[0]")
         if spec.policy is not None:
             policy_from_spec(spec.policy)  # raises on unknown names or bad parameters
         return spec
@@ -116,6 +122,7 @@ class Steering:
     _phase: Phase = field(init=False)
     _pending: list[int] = field(init=False, default_factory=list)
     _confirmed: int = field(init=False, default=0)
+    _answer_has_text: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         if self.spec.policy is not None:
@@ -151,12 +158,14 @@ class Steering:
             self._pending.pop(0)
             if not self._pending:
                 self._begin_answer(s + 1)
-        elif self._phase is Phase.REASONING and reasoning and token == reasoning.end_ids[0]:
+        elif self._phase is Phase.REASONING and reasoning and token in reasoning.end_start_ids:
             self._close(s, Exit.MODEL, [*reasoning.end_ids[1:], *reasoning.answer_prefix_ids])
             if not self._pending:
                 self._begin_answer(s + 1)
         elif self._phase in (Phase.REASONING, Phase.PLAIN):
             self._observe(s)
+        elif self._phase is Phase.ANSWER and reasoning and token not in reasoning.line_break_ids:
+            self._answer_has_text = True
 
     def _observe(self, s: int) -> None:
         if self._policy is None or self.lock is not None:
@@ -180,7 +189,7 @@ class Steering:
                 return Action(ban=self.spec.eos_ids, merge_into=reasoning.end_ids[0])
         if self._phase is Phase.CLOSING:
             return Action(force=self._pending[0])
-        if self._phase is Phase.ANSWER and t == self.answer_start:
+        if self._phase is Phase.ANSWER and not self._answer_has_text:
             return Action(ban=self.spec.eos_ids)  # an answer is never empty
         return NO_ACTION
 

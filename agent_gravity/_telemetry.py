@@ -80,6 +80,8 @@ def chat_span(provider: str, model: str, params: dict[str, Any]) -> Iterator[Spa
     ) as span:
         try:
             yield span
+        except GeneratorExit:  # a stream the caller stopped reading: not an error
+            raise
         except BaseException as exc:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, type(exc).__name__))

@@ -69,8 +69,8 @@ class Backend(Protocol):
     model_name: str
     max_context: int
     eos_ids: tuple[int, ...]
-    line_break_ids: tuple[int, ...]
-    """Ids of the tokens whose text ends with a newline."""
+    token_texts: Sequence[str]
+    """The text of every vocabulary id, in id order."""
 
     def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
         """Render chat messages with the model's template, add the assistant prefix and ``prefill``."""

@@ -42,6 +42,14 @@ class EngineSettings:
     """Most log-probabilities a request may ask for. In-process nothing crosses a wire,
     so the whole vocabulary (-1) is allowed: it is how a caller checks the entropy trace."""
 
+    def check_model_dir(self) -> None:
+        """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
+        if not Path(self.model_dir, "config.json").is_file():
+            raise ModelNotFoundError(
+                f"model folder {self.model_dir!r} does not exist or has no config.json; "
+                "give a local Hugging Face model folder, or omit the model to use the embedded default"
+            )
+
     def memory_needed(self) -> int:
         """Bytes of host memory the engine will hold: weights, KV cache and a working margin."""
         weights = sum(p.stat().st_size for p in Path(self.model_dir).glob("*.safetensors"))
@@ -56,13 +64,15 @@ class _EngineLoop:
         self._inbox: queue.Queue[tuple[str, Any]] = queue.Queue()
         self._sinks: dict[str, Callable[[Any], None]] = {}
         self._failure: BaseException | None = None
+        self._accepting = threading.Lock()  # a submit never slips past the final drain
         self._thread = threading.Thread(target=self._run, name="agent-gravity-engine", daemon=True)
         self._thread.start()
 
     def submit(self, request_id: str, prompt: dict, params: Any, sink: Callable[[Any], None]) -> None:
-        if self._failure is not None:
-            raise EngineError(f"the vLLM engine has stopped: {self._failure!r}") from self._failure
-        self._inbox.put(("add", (request_id, prompt, params, sink)))
+        with self._accepting:
+            if self._failure is not None:
+                raise EngineError(f"the vLLM engine has stopped: {self._failure}") from self._failure
+            self._inbox.put(("add", (request_id, prompt, params, sink)))
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))
@@ -77,11 +87,30 @@ class _EngineLoop:
                 if self._engine.has_unfinished_requests():
                     for output in self._engine.step():
                         self._deliver(output)
+            self._fail_all(EngineError("the engine was closed; create a new chat model"))
         except BaseException as exc:  # noqa: BLE001 - every waiting caller must hear of it
+            self._fail_all(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._accepting:
             self._failure = exc
-            for sink in list(self._sinks.values()):
-                sink(exc)
-            self._sinks.clear()
+        for request_id in list(self._sinks):
+            self._send(request_id, exc)
+        while not self._inbox.empty():  # submitted while closing: answered too, never left waiting
+            kind, payload = self._inbox.get_nowait()
+            if kind == "add":
+                _tell(payload[3], exc)
+
+    def _send(self, request_id: str, item: Any) -> None:
+        """Hand an item to a request's consumer; a consumer that is gone affects no other request."""
+        sink = self._sinks.get(request_id)
+        if sink is None:
+            return
+        if isinstance(item, BaseException) or getattr(item, "finished", False):
+            del self._sinks[request_id]
+        if not _tell(sink, item):
+            self._sinks.pop(request_id, None)
+            self._engine.abort_request([request_id])
 
     def _drain_inbox(self, block: bool) -> bool:
         """Apply queued commands; return False once closed."""
@@ -93,27 +122,29 @@ class _EngineLoop:
             block = False
             if kind == "close":
                 return False
-            if kind == "abort":
+            if kind == "abort":  # the consumer has left: nobody to tell
                 self._engine.abort_request([payload])
-                sink = self._sinks.pop(payload, None)
-                if sink is not None:
-                    sink(None)
+                self._sinks.pop(payload, None)
                 continue
             request_id, prompt, params, sink = payload
             try:
                 self._engine.add_request(request_id, prompt, params)
             except Exception as exc:  # noqa: BLE001 - reported to the caller that sent it
-                sink(exc)
+                _tell(sink, exc)
                 continue
             self._sinks[request_id] = sink
 
     def _deliver(self, output: Any) -> None:
-        sink = self._sinks.get(output.request_id)
-        if sink is None:
-            return
-        if output.finished:
-            del self._sinks[output.request_id]
-        sink(output)
+        self._send(output.request_id, output)
+
+
+def _tell(sink: Callable[[Any], None], item: Any) -> bool:
+    """Call a consumer's sink; False when the consumer is gone (e.g. its event loop has closed)."""
+    try:
+        sink(item)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 class LocalVLLMBackend:
@@ -122,11 +153,7 @@ class LocalVLLMBackend:
     provider = "vllm"
 
     def __init__(self, settings: EngineSettings, model_name: str | None = None) -> None:
-        if not Path(settings.model_dir, "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model folder {settings.model_dir!r} does not exist or has no config.json; "
-                "give a local Hugging Face model folder, or omit the model to use the embedded default"
-            )
+        settings.check_model_dir()
         self.settings = settings
         self.model_name = model_name or Path(settings.model_dir).name
         self._llm = _start_engine(settings)
@@ -148,8 +175,8 @@ class LocalVLLMBackend:
         return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
     @functools.cached_property
-    def line_break_ids(self) -> tuple[int, ...]:
-        return tuple(i for i in range(len(self._tokenizer)) if self.decode([i]).endswith("\n"))
+    def token_texts(self) -> list[str]:
+        return [self.decode([i]) for i in range(len(self._tokenizer))]
 
     def single_token_id(self, text: str) -> int | None:
         """The id of ``text`` when the vocabulary holds it as one token."""
@@ -159,8 +186,8 @@ class LocalVLLMBackend:
     def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
         inbox: queue.Queue[Any] = queue.Queue()
         run = _Run(self, request)
-        self._loop.submit(run.request_id, run.prompt, run.params, inbox.put)
         try:
+            self._loop.submit(run.request_id, run.prompt, run.params, inbox.put)
             while not run.done:
                 yield from run.take(inbox.get())
         finally:
@@ -170,9 +197,9 @@ class LocalVLLMBackend:
         inbox: asyncio.Queue[Any] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         run = _Run(self, request)
-        self._loop.submit(run.request_id, run.prompt, run.params,
-                          lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item))
         try:
+            self._loop.submit(run.request_id, run.prompt, run.params,
+                              lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item))
             while not run.done:
                 for item in run.take(await inbox.get()):
                     yield item
@@ -180,11 +207,13 @@ class LocalVLLMBackend:
             run.finish(self._loop)
 
     def close(self) -> None:
-        """Stop the engine and free its memory; later calls on this backend fail."""
-        if self.closed:
-            return
-        self.closed = True
-        _ENGINES.pop(self.settings, None)
+        """Stop the engine and free its memory; later calls on this backend fail with EngineError."""
+        with _ENGINES_LOCK:
+            if self.closed:
+                return
+            self.closed = True
+            if _ENGINES.get(self.settings) is self:
+                del _ENGINES[self.settings]
         self._loop.close()
         self._llm.llm_engine.engine_core.shutdown()
 
@@ -196,24 +225,22 @@ class _Run:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        from agent_gravity.backends._vllm_processor import REGISTRY
+        from agent_gravity.backends._steered_rows import REGISTRY
 
         self.backend, self.request = backend, request
         self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
         self.prompt = {"prompt_token_ids": list(request.prompt_ids)}
         s = request.sampling
-        extra = None
-        self.steering: Steering | None = None
-        if request.steering is not None:
-            self.steering = Steering(request.steering)
-            REGISTRY.put(self.steering)
-            extra = {EXTRA_ARGS_KEY: request.steering.to_dict()}
+        self.steering = Steering(request.steering) if request.steering is not None else None
+        extra = {EXTRA_ARGS_KEY: request.steering.to_dict()} if request.steering is not None else None
         self.params = SamplingParams(
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             stop=list(s.stop) or None, logprobs=s.logprobs, output_kind=RequestOutputKind.DELTA,
             extra_args=extra,
         )
         self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
+        if self.steering is not None:  # registered last: nothing above may leave it behind
+            REGISTRY.put(self.steering)
         self.token_ids: list[int] = []
         self.text: list[str] = []
         self.done = False
@@ -222,9 +249,6 @@ class _Run:
         if isinstance(item, BaseException):
             self.done = True
             raise EngineError(f"generation failed in the vLLM engine: {item}") from item
-        if item is None:
-            self.done = True
-            return [self._result("abort")]
         completion = item.outputs[0]
         start = len(self.token_ids)
         self.token_ids.extend(completion.token_ids)
@@ -254,7 +278,7 @@ class _Run:
         )
 
     def finish(self, loop: _EngineLoop) -> None:
-        from agent_gravity.backends._vllm_processor import REGISTRY
+        from agent_gravity.backends._steered_rows import REGISTRY
 
         if not self.done:
             loop.abort(self.request_id)
@@ -277,6 +301,7 @@ def shared_backend(settings: EngineSettings, model_name: str | None = None) -> L
         backend = _ENGINES.get(settings)
         if backend is not None:
             return backend
+        settings.check_model_dir()
         if _ENGINES:
             needed, free = settings.memory_needed(), available_memory()
             if needed > free:
@@ -310,9 +335,12 @@ def _start_engine(settings: EngineSettings) -> Any:
     import torch
     from vllm import LLM
 
-    from agent_gravity.backends._vllm_processor import GravityLogitsProcessor
-
     on_gpu = torch.cuda.is_available()
+    if on_gpu and os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "1").lower() not in ("0", "false"):
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"  # vLLM's GPU default, made explicit to match the class
+        from agent_gravity.backends._vllm_processor_v2 import GravityLogitsProcessorV2 as processor
+    else:
+        from agent_gravity.backends._vllm_processor import GravityLogitsProcessor as processor
     dtype = settings.dtype if settings.dtype != "auto" or on_gpu else "float32"
     return LLM(
         model=settings.model_dir,
@@ -321,7 +349,7 @@ def _start_engine(settings: EngineSettings) -> Any:
         enforce_eager=not on_gpu,
         seed=settings.seed,
         max_logprobs=settings.max_logprobs,
-        logits_processors=[GravityLogitsProcessor],
+        logits_processors=[processor],
     )
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import os
+
+# The Triton kernels are tested on the CPU in Triton's interpreter; it must be on before triton
+# decorates them. The engine does not notice: on the CPU it uses the torch reference.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
 SPANS = InMemorySpanExporter()
 PROVIDER = TracerProvider()

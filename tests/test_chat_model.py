@@ -2,7 +2,9 @@
 
 import pytest
 
-from agent_gravity import ChatGravity, GravityConfig, ReasoningFormat
+from pydantic import ValidationError
+
+from agent_gravity import ChatGravity, GravityConfig, InvalidCallOptionError, ReasoningFormat
 from agent_gravity._config import NATIVE_THINK
 
 
@@ -24,5 +26,16 @@ def test_auto_format_uses_a_native_think_vocabulary_and_scaffolds_otherwise():
 
 
 def test_unknown_call_options_are_refused_before_any_engine_starts():
-    with pytest.raises(TypeError, match=r"unsupported call options \['max_tokenz'\]"):
+    with pytest.raises(InvalidCallOptionError, match=r"unsupported call options \['max_tokenz'\]"):
         ChatGravity()._prepare([], None, {"max_tokenz": 3})
+    with pytest.raises(ValidationError, match="window must be a positive number"):
+        ChatGravity()._prepare([], None, {"gravity": {"window": 0}})
+    with pytest.raises(ValidationError, match="temperature"):
+        ChatGravity()._prepare([], None, {"temperature": -1})
+
+
+def test_constructor_options_are_validated_and_unknown_ones_refused():
+    with pytest.raises(ValidationError, match="gravty"):
+        ChatGravity(gravty=GravityConfig())
+    with pytest.raises(ValidationError, match="top_p"):
+        ChatGravity(top_p=0)

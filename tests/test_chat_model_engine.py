@@ -8,7 +8,7 @@ import threading
 
 import pytest
 from langchain_core.messages import AIMessageChunk, ChatMessage, HumanMessage
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from agent_gravity import ChatGravity, ContextLengthError, EngineMemoryError, GravityConfig, ModelNotFoundError
 from agent_gravity._steering import SteeringSpec
@@ -142,15 +142,37 @@ def test_one_span_per_call_with_genai_and_gravity_attributes_and_no_text(chat, s
 
 
 class _Broken(SpanExporter):
+    """An exporter whose collector is unreachable, while ``on`` is set."""
+
+    on = False
+
     def export(self, spans):
-        raise ConnectionError("collector unreachable")
+        if self.on:
+            raise ConnectionError("collector unreachable")
+        return SpanExportResult.SUCCESS
 
     def shutdown(self):
         pass
 
 
-def test_a_failing_exporter_never_breaks_the_call(chat):
-    PROVIDER.add_span_processor(SimpleSpanProcessor(_Broken()))
+_BROKEN = _Broken()
+PROVIDER.add_span_processor(SimpleSpanProcessor(_BROKEN))
+
+
+def test_a_failing_exporter_never_breaks_the_call(chat, spans):
+    _BROKEN.on = True
+    try:
+        assert chat.invoke(SIMPLE).content
+    finally:
+        _BROKEN.on = False
+    assert [s.name for s in spans.get_finished_spans()] == ["chat SmolLM2-135M-Instruct"]
+
+
+def test_a_stream_stopped_early_is_not_an_error_and_the_engine_goes_on(chat, spans):
+    for _ in chat.stream(LOOPING):
+        break
+    (span,) = spans.get_finished_spans()
+    assert span.status.status_code.name == "UNSET"
     assert chat.invoke(SIMPLE).content
 
 

@@ -25,6 +25,7 @@ def test_demo_json_shows_gravity_saving_tokens_with_answers_kept(chat, capsys):
         assert set(run) == {"question", "mode", "answer", "tokens", "reasoning_tokens", "terminated_early",
                             "reason", "wall_s", "entropy"}
         assert len(run["entropy"]) == run["tokens"] and run["wall_s"] > 0
+        assert run["reason"] in ("gravity", "model_ended", "reasoning_budget")
     pairs = list(zip(runs[::2], runs[1::2]))
     assert all(b["question"] == g["question"] for b, g in pairs)
     assert all(g["answer"] for _, g in pairs)
@@ -39,7 +40,8 @@ def test_quickstart_example_runs(chat, capsys):
 
 def test_table_puts_baseline_and_gravity_side_by_side():
     runs = [DemoRun("Q one?", "baseline", "8", 40, 30, False, "model_ended", 2.0, [0.1] * 40),
-            DemoRun("Q one?", "gravity", "8", 20, 10, True, "window_mean locked at token 9", 1.0, [0.1] * 20)]
+            DemoRun("Q one?", "gravity", "8", 20, 10, True, "gravity", 1.0, [0.1] * 20,
+                    detail="window_mean locked at token 9")]
     table = as_table(runs)
     assert "Q one?" in table and "ended early: window_mean locked at token 9" in table
     assert "baseline 40, gravity 20 (50% fewer)" in table

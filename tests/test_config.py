@@ -31,3 +31,9 @@ def test_disabled_config_has_no_policy():
     assert GravityConfig(enabled=False).policy_spec() is None
     assert GravityConfig(window=7, threshold=0.3).policy_spec() == {
         "name": "window_mean", "window": 7, "threshold": 0.3}
+
+
+def test_a_config_where_gravity_could_never_fire_is_refused():
+    with pytest.raises(ValidationError, match="min_tokens \\(300\\) must be below max_reasoning_tokens"):
+        GravityConfig(min_tokens=300, max_reasoning_tokens=256)
+    GravityConfig(enabled=False, min_tokens=300, max_reasoning_tokens=256)

@@ -8,11 +8,12 @@ import torch
 from agent_gravity._steering import Action, Exit, ReasoningIds, Steering, SteeringSpec
 from agent_gravity.backends._logits import apply_action
 
-EOS, NL, END0, END1, PREFIX = 2, 10, 100, 101, 102
+EOS, NL, END0, END1, PREFIX, SPACED_END0 = 2, 10, 100, 101, 102, 103
 
 
 def make_spec(policy=None, min_tokens=0, max_reasoning=50, reasoning=True) -> SteeringSpec:
-    ids = ReasoningIds(end_ids=(END0, END1), answer_prefix_ids=(PREFIX,), line_break_ids=(NL,),
+    ids = ReasoningIds(end_ids=(END0, END1), end_start_ids=(END0, SPACED_END0), answer_prefix_ids=(PREFIX,),
+                       line_break_ids=(NL,),
                        newline_ids=(NL,), max_reasoning_tokens=max_reasoning)
     return SteeringSpec(key="k", eos_ids=(EOS,), policy=policy, min_tokens=min_tokens,
                         reasoning=ids if reasoning else None)
@@ -33,6 +34,22 @@ def test_model_closing_its_reasoning_gets_the_rest_of_the_marker_forced():
     assert out == [5, 6, NL, END0, END1, PREFIX, 7, 8]
     assert steering.exit is Exit.MODEL and not steering.terminated_early
     assert steering.reasoning_tokens == 3 and steering.answer_start == 6
+
+
+def test_the_marker_written_with_a_leading_space_closes_reasoning_too():
+    steering = Steering(make_spec())
+    out = drive(steering, [(2.0, 5), (2.0, SPACED_END0), (2.0, 0), (2.0, 0), (2.0, 7)])
+    assert out == [5, SPACED_END0, END1, PREFIX, 7] and steering.exit is Exit.MODEL
+
+
+def test_end_of_sequence_stays_banned_until_the_answer_has_text():
+    steering = Steering(make_spec())
+    out = drive(steering, [(1.0, END0), (1.0, 0), (1.0, 0)])
+    assert steering.step(1.0, out) == Action(ban=(EOS,))
+    out.append(NL)
+    assert steering.step(1.0, out) == Action(ban=(EOS,))  # a bare newline is no answer
+    out.append(7)
+    assert steering.step(1.0, out) == Action()
 
 
 def test_gravity_closes_reasoning_at_the_next_line_start_after_the_lock():
@@ -83,10 +100,8 @@ def test_gravity_off_never_fires():
 def test_reasoning_moves_end_of_sequence_onto_the_marker_and_the_answer_is_never_empty():
     steering = Steering(make_spec())
     assert steering.step(1.0, []) == Action(ban=(EOS,), merge_into=END0)
-    out = drive(steering, [(1.0, END0), (1.0, 0), (1.0, 0), (1.0, EOS)])
+    drive(steering, [(1.0, END0), (1.0, 0), (1.0, 0), (1.0, EOS)])
     assert steering.answer_start == 3
-    assert steering.step(1.0, out[:3]) == Action(ban=(EOS,))
-    assert steering.step(1.0, out[:3] + [7]) == Action()
 
 
 def test_a_discarded_sample_is_overwritten_not_appended():

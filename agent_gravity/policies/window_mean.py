@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -25,6 +26,8 @@ class WindowMeanPolicy:
         self._recent = deque(maxlen=self.window)
 
     def observe(self, step: int, entropy: float) -> Lock | None:
+        if not math.isfinite(entropy):  # a step the engine never showed us: no evidence either way
+            return None
         if len(self._recent) == self.window:
             self._total -= self._recent[0]
         self._recent.append(entropy)
@@ -32,7 +35,7 @@ class WindowMeanPolicy:
         if len(self._recent) < self.window:
             return None
         mean = self._total / self.window
-        if mean >= self.threshold:
+        if not mean < self.threshold:
             return None
         return Lock(
             step=step,

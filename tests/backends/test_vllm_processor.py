@@ -1,4 +1,4 @@
-"""The V1 logits processor under the batch layouts vLLM gives it: adds, removals, moves, swaps."""
+"""Both vLLM logits-processor adapters under the batch layouts vLLM gives them."""
 
 import pytest
 import torch
@@ -9,7 +9,8 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality  # noqa: E402
 
 from agent_gravity._steering import EXTRA_ARGS_KEY, SteeringSpec  # noqa: E402
-from agent_gravity.backends._vllm_processor import REGISTRY, GravityLogitsProcessor  # noqa: E402
+from agent_gravity.backends._steered_rows import REGISTRY  # noqa: E402
+from agent_gravity.backends._vllm_processor import GravityLogitsProcessor  # noqa: E402
 from agent_gravity.kernels import token_entropy  # noqa: E402
 
 VOCAB = 64
@@ -50,7 +51,7 @@ class Batch:
 
     def step(self):
         logits = torch.randn(max(self.slots) + 1, VOCAB, generator=self.gen) * 3
-        entropy = token_entropy(logits)
+        entropy = token_entropy(logits).entropy
         self.proc.apply(logits.clone())
         for index, key in self.slots.items():
             if key in self.expected:
@@ -61,7 +62,7 @@ class Batch:
         return {key: self.proc_trace(key) for key in self.expected}
 
     def proc_trace(self, key):
-        for row in self.proc._rows.values():
+        for row in self.proc._tracks.values():
             if row.steering.spec.key == key:
                 return row.steering.entropy
         return self.finished[key]
@@ -73,7 +74,7 @@ def test_each_request_keeps_its_own_trace_through_adds_moves_swaps_and_removals(
     b.step()
     b.update(moved=[(0, 1, MoveDirectionality.SWAP)])
     b.step()
-    b.finished["b"] = next(r.steering.entropy for r in b.proc._rows.values() if r.steering.spec.key == "b")
+    b.finished["b"] = next(r.steering.entropy for r in b.proc._tracks.values() if r.steering.spec.key == "b")
     b.update(removed=[0])  # "b" finishes; "a" now sits at 1
     b.update(moved=[(1, 0, MoveDirectionality.UNIDIRECTIONAL)])  # condense: "a" to 0
     b.step()
@@ -105,3 +106,69 @@ def test_bad_settings_are_refused_at_validation():
     with pytest.raises(ValueError, match="invalid agent_gravity settings"):
         GravityLogitsProcessor.validate_params(SamplingParams(extra_args={EXTRA_ARGS_KEY: {"key": "x"}}))
     GravityLogitsProcessor.validate_params(SamplingParams())  # no settings: untouched
+
+
+class FakeSlots:
+    """Model Runner V2's view: recycled request slots, rows reordered every step."""
+
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        import numpy as np
+
+        from agent_gravity.backends._vllm_processor_v2 import GravityLogitsProcessorV2
+
+        self.prompt_len = np.zeros(8, dtype=np.int32)
+        states = SimpleNamespace(prompt_len=SimpleNamespace(np=self.prompt_len), max_num_reqs=8,
+                                 device=torch.device("cpu"))
+        self.proc = GravityLogitsProcessorV2(None, states)
+        self.live: dict[int, dict] = {}  # slot -> request
+        self.gen = torch.Generator().manual_seed(1)
+
+    def add(self, slot: int, key: str, prompt: int, with_gravity: bool = True) -> dict:
+        self.prompt_len[slot] = prompt
+        request = {"key": key, "prompt": [7] * prompt, "out": [], "expected": []}
+        accepted = self.proc.add_request(slot, params(key) if with_gravity else SamplingParams())
+        assert accepted is with_gravity
+        self.live[slot] = request
+        return request
+
+    def step(self, order: list[int]) -> None:
+        from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext
+
+        requests = [self.live[s] for s in order]
+        pos = [len(r["prompt"]) + len(r["out"]) - 1 for r in requests]
+        fed = [(r["prompt"] + r["out"])[-1] for r in requests]
+        ctx = LogitsContext(
+            expanded_idx_mapping=torch.tensor(order), idx_mapping=torch.tensor(order),
+            idx_mapping_np=torch.tensor(order).numpy(), expanded_local_pos=torch.zeros(len(order), dtype=torch.int64),
+            input_ids=torch.tensor(fed), pos=torch.tensor(pos), seq_lens_upper_bound_np=None)
+        logits = torch.randn(len(order), VOCAB, generator=self.gen) * 3
+        entropy = token_entropy(logits).entropy.tolist()
+        self.proc.apply(logits.clone(), ctx)
+        for row, request in enumerate(requests):
+            request["expected"].append(entropy[row])
+            request["out"].append(int(torch.randint(3, VOCAB, (1,), generator=self.gen)))
+
+    def trace(self, slot: int) -> tuple[list[float], list[int]]:
+        track = self.proc._tracks[slot]
+        return track.steering.entropy, track.output_ids
+
+
+def test_model_runner_v2_adapter_keeps_traces_through_reordering_and_recycled_slots():
+    b = FakeSlots()
+    a, c = b.add(0, "a", 3), b.add(1, "c", 5)
+    b.add(2, "plain", 4, with_gravity=False)
+    b.step([0, 1, 2])
+    b.step([2, 1, 0])  # reordered
+    c_trace = b.trace(1)
+    b.live.pop(1)  # "c" finished; its slot is recycled for "d"
+    d = b.add(1, "d", 2)
+    b.step([1, 0, 2])
+    b.step([0, 2, 1])
+    assert c_trace[0] == pytest.approx(c["expected"], abs=1e-6) and c_trace[1] == c["out"][:1]
+    for slot, request in ((0, a), (1, d)):
+        entropy, output_ids = b.trace(slot)
+        assert entropy == pytest.approx(request["expected"], abs=1e-6)
+        assert output_ids == request["out"][:-1]  # the last sample is fed back on the next step
+    assert len(a["expected"]) == 4 and len(d["expected"]) == 2

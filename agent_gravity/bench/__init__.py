@@ -1,0 +1,1 @@
+"""Benchmarks behind ``agent-gravity bench ...``: each prints a table, writes JSON and a PNG plot."""
