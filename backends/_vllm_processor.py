@@ -8,13 +8,7 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from agent_gravity.backends._steered_rows import (
-    SteeredRows,
-    Track,
-    refuse_speculative_decoding,
-    spec_of,
-    steering_for,
-)
+from agent_gravity.backends import _steered_rows as steered
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -24,14 +18,14 @@ class GravityLogitsProcessor(LogitsProcessor):
     """Exact per-token entropy and in-engine gravity exits; rows are persistent-batch indices."""
 
     def __init__(self, vllm_config: VllmConfig | None, device: torch.device, is_pin_memory: bool) -> None:
-        refuse_speculative_decoding(vllm_config)
+        steered.refuse_speculative_decoding(vllm_config)
         max_rows = vllm_config.scheduler_config.max_num_seqs if vllm_config is not None else 256
-        self._tracks: dict[int, Track] = {}
-        self._rows = SteeredRows(max_rows, device)
+        self._tracks: dict[int, steered.Track] = {}
+        self._rows = steered.SteeredRows(max_rows, device)
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        spec_of(sampling_params)
+        steered.spec_of(sampling_params)
 
     def is_argmax_invariant(self) -> bool:
         return False  # it forces and bans tokens
@@ -42,11 +36,11 @@ class GravityLogitsProcessor(LogitsProcessor):
         for index in batch_update.removed:
             self._tracks.pop(index, None)
         for index, params, _prompt_ids, output_ids in batch_update.added:
-            steering = steering_for(params)
+            steering = steered.steering_for(params)
             if steering is None:
                 self._tracks.pop(index, None)
             else:  # output_ids is the engine's live list of this request's generated ids
-                self._tracks[index] = Track(steering, output_ids)
+                self._tracks[index] = steered.Track(steering, output_ids)
         for a, b, direction in batch_update.moved:
             track_a, track_b = self._tracks.pop(a, None), self._tracks.pop(b, None)
             if track_a is not None:

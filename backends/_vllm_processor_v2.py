@@ -10,13 +10,7 @@ from typing import TYPE_CHECKING
 
 from vllm.v1.worker.gpu.sample.logits_processor import LogitsProcessor
 
-from agent_gravity.backends._steered_rows import (
-    SteeredRows,
-    Track,
-    refuse_speculative_decoding,
-    spec_of,
-    steering_for,
-)
+from agent_gravity.backends import _steered_rows as steered
 
 if TYPE_CHECKING:
     import torch
@@ -29,21 +23,21 @@ class GravityLogitsProcessorV2(LogitsProcessor):
     """Exact per-token entropy and in-engine gravity exits; rows map to slots through ``ctx``."""
 
     def __init__(self, vllm_config: VllmConfig | None, req_states: LogitsProcRequestState) -> None:
-        refuse_speculative_decoding(vllm_config)
+        steered.refuse_speculative_decoding(vllm_config)
         self._prompt_len = req_states.prompt_len
-        self._tracks: dict[int, Track] = {}
-        self._rows = SteeredRows(req_states.max_num_reqs, req_states.device)
+        self._tracks: dict[int, steered.Track] = {}
+        self._rows = steered.SteeredRows(req_states.max_num_reqs, req_states.device)
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        spec_of(sampling_params)
+        steered.spec_of(sampling_params)
 
     def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
-        steering = steering_for(sampling_params)
+        steering = steered.steering_for(sampling_params)
         if steering is None:
             self._tracks.pop(req_idx, None)  # a recycled slot must not keep its old occupant
             return False
-        self._tracks[req_idx] = Track(steering)
+        self._tracks[req_idx] = steered.Track(steering)
         return True
 
     def apply(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,3 +22,24 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
     return path
+
+
+@contextmanager
+def figure(path: Path, title: str, ylabel: str, size: tuple[float, float]) -> Iterator[Any]:
+    """Yield the axes of a new figure; on exit add the legend and write it as a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    try:
+        yield ax
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    finally:
+        plt.close(fig)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from agent_gravity.bench._report import write_json
+from agent_gravity.bench._report import figure, write_json
 from agent_gravity.kernels import TokenStats, token_entropy, token_entropy_reference
 
 SHAPES = ((1, 49_152), (8, 49_152), (1, 152_064), (8, 152_064), (64, 152_064), (256, 152_064), (8, 256_000))
@@ -83,28 +83,19 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.8))
     impls = sorted({r["impl"] for r in report["rows"]})
     shapes = sorted({(r["rows"], r["vocab"]) for r in report["rows"]}, key=lambda s: (s[1], s[0]))
     width = 0.8 / len(impls)
-    for i, impl in enumerate(impls):
-        values = {(r["rows"], r["vocab"]): r["gb_s"] for r in report["rows"] if r["impl"] == impl}
-        ax.bar([x + i * width for x in range(len(shapes))], [values.get(s, 0) for s in shapes], width, label=impl)
-    if report["copy_gb_s"]:
-        ax.axhline(report["copy_gb_s"], color="grey", ls="--", lw=1, label="copy bandwidth")
-    ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(shapes))],
-                  [f"{r}x{v // 1000}k" for r, v in shapes], fontsize=7)
-    ax.set_ylabel("GB/s (one read of the logits)")
-    ax.set_title(f"token_entropy on {report['device']} ({report['dtype']})")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    title = f"token_entropy on {report['device']} ({report['dtype']})"
+    with figure(path, title, "GB/s (one read of the logits)", (7, 3.8)) as ax:
+        for i, impl in enumerate(impls):
+            values = {(r["rows"], r["vocab"]): r["gb_s"] for r in report["rows"] if r["impl"] == impl}
+            ax.bar([x + i * width for x in range(len(shapes))], [values.get(s, 0) for s in shapes], width,
+                   label=impl)
+        if report["copy_gb_s"]:
+            ax.axhline(report["copy_gb_s"], color="grey", ls="--", lw=1, label="copy bandwidth")
+        ax.set_xticks([x + width * (len(impls) - 1) / 2 for x in range(len(shapes))],
+                      [f"{r}x{v // 1000}k" for r, v in shapes], fontsize=7)
     return path
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from agent_gravity._steering import SteeringSpec
 from agent_gravity.backends.base import Backend, GenerationRequest, SamplingSettings, drain
-from agent_gravity.bench._report import spread, write_json
+from agent_gravity.bench._report import figure, spread, write_json
 
 PROMPTS = (
     "Write a short story about a lighthouse keeper.",
@@ -98,24 +98,14 @@ def table(report: dict) -> str:
 
 
 def plot(report: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for batch, row in report["batches"].items():
-        ratios = [p["gravity"] / p["baseline"] for p in row["rounds"]]
-        ax.plot([int(batch)] * len(ratios), ratios, "o", alpha=0.6, label=f"batch {batch}")
-    ax.axhline(1.0, color="grey", lw=1)
-    ax.axhline(0.98, color="red", lw=1, ls="--", label="2% slower")
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("throughput ratio (gravity / baseline)")
-    ax.set_title(f"gravity processor overhead, {report['model']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    title = f"gravity processor overhead, {report['model']}"
+    with figure(path, title, "throughput ratio (gravity / baseline)", (6, 3.5)) as ax:
+        for batch, row in report["batches"].items():
+            ratios = [p["gravity"] / p["baseline"] for p in row["rounds"]]
+            ax.plot([int(batch)] * len(ratios), ratios, "o", alpha=0.6, label=f"batch {batch}")
+        ax.axhline(1.0, color="grey", lw=1)
+        ax.axhline(0.98, color="red", lw=1, ls="--", label="2% slower")
+        ax.set_xlabel("batch size")
     return path
 
 

@@ -122,8 +122,11 @@ def test_bad_input_is_refused():
         token_entropy(torch.zeros(2, 10), impl="cuda")
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="needs a CUDA GPU; the interpreter-mode tests above are its CPU twin")
-def test_auto_picks_the_compiled_kernel_on_cuda_and_it_matches_at_scale():
-    assert resolve_impl("auto", DEVICE) == "triton"
-    logits = (torch.randn(64, 152_064, device=DEVICE) * 4).to(torch.bfloat16)
-    check(token_entropy(logits), logits, TOL[torch.bfloat16])
+def test_auto_picks_triton_on_cuda_and_the_reference_elsewhere():
+    assert resolve_impl("auto", DEVICE) == ("triton" if DEVICE.type == "cuda" else "torch")
+    assert resolve_impl("auto", torch.device("cpu")) == "torch"
+
+
+def test_a_decode_batch_at_scale_in_bf16():
+    logits = (torch.randn(64, 152_064, generator=torch.Generator().manual_seed(5)) * 4).to(DEVICE, torch.bfloat16)
+    check(token_entropy(logits, impl="triton"), logits, TOL[torch.bfloat16])
