@@ -37,7 +37,7 @@ def _attention_entropy_kernel(q_ptr, k_ptr, pos_ptr, seg_ptr, out_ptr,
         keys = off + tl.arange(0, BLOCK_KS)
         k = tl.load(k_ptr + kv_h * sk_h + keys[:, None] * sk_k + dims[None, :],
                     mask=(keys[:, None] < end) & (dims[None, :] < dim), other=0.0).to(tl.float32)
-        x = tl.dot(q, tl.trans(k)) * scale
+        x = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # tf32 would blur low entropies
         visible = keys[None, :] < end
         if CAUSAL:
             visible = visible & (keys[None, :] <= pos[:, None])

@@ -30,7 +30,10 @@ def _partial_kernel(logits_ptr, stride_row, rows_ptr, n_cols, split_size, part_p
                     HAS_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
     r = tl.program_id(0)
     split = tl.program_id(1)
-    row = tl.load(rows_ptr + r).to(tl.int64) if HAS_ROWS else r.to(tl.int64)
+    if HAS_ROWS:
+        row = tl.load(rows_ptr + r).to(tl.int64)
+    else:
+        row = r.to(tl.int64)
     base = logits_ptr + row * stride_row
     start = split * split_size
     end = tl.minimum(start + split_size, n_cols)
