@@ -25,6 +25,7 @@ class GravityLogitsProcessorV2(LogitsProcessor):
     def __init__(self, vllm_config: VllmConfig | None, req_states: LogitsProcRequestState) -> None:
         steered.refuse_speculative_decoding(vllm_config)
         self._prompt_len = req_states.prompt_len
+        self._token_ids = req_states.all_token_ids
         self._tracks: dict[int, steered.Track] = {}
         self._rows = steered.SteeredRows(req_states.max_num_reqs, req_states.device)
 
@@ -49,9 +50,13 @@ class GravityLogitsProcessorV2(LogitsProcessor):
             track = self._tracks.get(slot)
             if track is None:
                 continue
-            generated = positions[row] + 1 - int(self._prompt_len.np[slot])
+            prompt = int(self._prompt_len.np[slot])
+            generated = positions[row] + 1 - prompt
             if generated == len(track.output_ids) + 1:  # the token sampled last step, now fed back
                 track.output_ids.append(fed[row])
+            elif generated > len(track.output_ids):  # resumed after preemption: read back what we missed
+                missed = self._token_ids.gpu[slot, prompt + len(track.output_ids): prompt + generated]
+                track.output_ids.extend(missed.tolist())
             rows.append(row)
             tracks.append(track)
         self._rows.apply(logits, rows, tracks)

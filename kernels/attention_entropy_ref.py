@@ -32,7 +32,7 @@ def attention_entropy_reference(
     q_heads, n_queries, dim = q.shape
     kv_heads, k_len, _ = k.shape
     positions = default_positions(n_queries, k_len, q.device) if positions is None else positions
-    segments = torch.tensor([[0, k_len]], device=q.device) if segments is None else segments
+    segments = torch.tensor([[0, k_len]], device=q.device) if segments is None else segments.clamp(0, k_len)
     scale = 1.0 / math.sqrt(dim) if scale is None else scale
     keys = torch.arange(k_len, device=q.device)
     out = torch.empty(q_heads, n_queries, segments.shape[0], dtype=torch.float32, device=q.device)

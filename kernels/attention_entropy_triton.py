@@ -21,7 +21,8 @@ def _attention_entropy_kernel(q_ptr, k_ptr, pos_ptr, seg_ptr, out_ptr,
     h = tl.program_id(0)
     qb = tl.program_id(1)
     seg = tl.program_id(2)
-    kv_h = h // group
+    kv_h = (h // group).to(tl.int64)  # head offsets overflow int32 on long contexts
+    h = h.to(tl.int64)
     rows = qb * BLOCK_QS + tl.arange(0, BLOCK_QS)
     dims = tl.arange(0, BLOCK_D)
     row_ok = rows < n_queries
@@ -68,7 +69,7 @@ def attention_entropy_triton(q, k, positions=None, segments=None, causal: bool =
     positions = default_positions(n_queries, k_len, q.device) if positions is None else positions
     segments = torch.tensor([[0, k_len]], device=q.device) if segments is None else segments
     positions = positions.to(device=q.device, dtype=torch.int32).contiguous()
-    segments = segments.to(device=q.device, dtype=torch.int32).contiguous()
+    segments = segments.clamp(0, k_len).to(device=q.device, dtype=torch.int32).contiguous()
     out = torch.empty(q_heads, n_queries, segments.shape[0], dtype=torch.float32, device=q.device)
     grid = (q_heads, triton.cdiv(n_queries, BLOCK_Q), segments.shape[0])
     _attention_entropy_kernel[grid](

@@ -20,8 +20,9 @@ BLOCK = 4096
 @triton.jit
 def _rescale(m, s0, s1, s2, m_new):
     """Re-express moments taken around ``m`` around ``m_new`` (>= m)."""
-    d = tl.where(s0 > 0, m_new - m, 0.0)
     scale = tl.where(s0 > 0, tl.exp(m - m_new), 0.0)
+    # A shift so large that the old terms vanish must not meet them as 0 * inf.
+    d = tl.where(scale > 0, m_new - m, 0.0)
     return scale * s0, scale * (s1 - d * s0), scale * (s2 - 2.0 * d * s1 + d * d * s0)
 
 
@@ -101,8 +102,7 @@ def _combine_kernel(part_ptr, n_splits, max_splits, entropy_ptr, varentropy_ptr,
     tl.store(top_id_ptr + r, top_idx.to(tl.int64))
 
 
-def token_entropy_triton(logits, rows=None, out: TokenStats | None = None, splits: int | None = None,
-                         workspace=None) -> TokenStats:
+def token_entropy_triton(logits, rows=None, out: TokenStats | None = None, splits: int | None = None) -> TokenStats:
     """Triton implementation; see :func:`agent_gravity.kernels.token_entropy`."""
     import torch
 
@@ -116,6 +116,7 @@ def token_entropy_triton(logits, rows=None, out: TokenStats | None = None, split
     splits = max(1, min(splits, triton.cdiv(n_cols, BLOCK)))
     split_size = triton.cdiv(triton.cdiv(n_cols, splits), BLOCK) * BLOCK
     splits = triton.cdiv(n_cols, split_size)
+    workspace = out.workspace
     if workspace is None or workspace.numel() < n_rows * splits * N_PARTIALS:
         workspace = torch.empty(n_rows * splits * N_PARTIALS, dtype=torch.float32, device=logits.device)
     rows_arg = rows if rows is not None else workspace  # any pointer when HAS_ROWS is false

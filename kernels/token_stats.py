@@ -23,16 +23,19 @@ class TokenStats:
     """Probability of the most likely token minus that of the second."""
     top_id: torch.Tensor
     """Index of the most likely token."""
+    workspace: torch.Tensor | None = None
+    """Scratch for the Triton kernel's per-slice partial results; shared by every slice of these buffers."""
 
     @classmethod
-    def empty(cls, rows: int, device: torch.device | str = "cpu") -> TokenStats:
-        """Allocate buffers for ``rows`` rows; kernels write into views of them."""
+    def empty(cls, rows: int, device: torch.device | str = "cpu", max_splits: int = 64) -> TokenStats:
+        """Allocate buffers for ``rows`` rows (and the kernel's scratch); kernels write into views of them."""
         f = lambda: torch.empty(rows, dtype=torch.float32, device=device)  # noqa: E731
-        return cls(f(), f(), f(), f(), torch.empty(rows, dtype=torch.int64, device=device))
+        scratch = torch.empty(rows * max_splits * N_PARTIALS, dtype=torch.float32, device=device)
+        return cls(f(), f(), f(), f(), torch.empty(rows, dtype=torch.int64, device=device), scratch)
 
     def __getitem__(self, rows: slice) -> TokenStats:
         return TokenStats(self.entropy[rows], self.varentropy[rows], self.top_prob[rows], self.margin[rows],
-                          self.top_id[rows])
+                          self.top_id[rows], self.workspace)
 
     def __len__(self) -> int:
         return self.entropy.shape[0]

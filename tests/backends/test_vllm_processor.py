@@ -119,8 +119,9 @@ class FakeSlots:
         from agent_gravity.backends._vllm_processor_v2 import GravityLogitsProcessorV2
 
         self.prompt_len = np.zeros(8, dtype=np.int32)
+        self.all_token_ids = torch.zeros(8, 64, dtype=torch.int64)
         states = SimpleNamespace(prompt_len=SimpleNamespace(np=self.prompt_len), max_num_reqs=8,
-                                 device=torch.device("cpu"))
+                                 device=torch.device("cpu"), all_token_ids=SimpleNamespace(gpu=self.all_token_ids))
         self.proc = GravityLogitsProcessorV2(None, states)
         self.live: dict[int, dict] = {}  # slot -> request
         self.gen = torch.Generator().manual_seed(1)
@@ -146,9 +147,11 @@ class FakeSlots:
         logits = torch.randn(len(order), VOCAB, generator=self.gen) * 3
         entropy = token_entropy(logits).entropy.tolist()
         self.proc.apply(logits.clone(), ctx)
-        for row, request in enumerate(requests):
+        for row, (slot, request) in enumerate(zip(order, requests)):
             request["expected"].append(entropy[row])
             request["out"].append(int(torch.randint(3, VOCAB, (1,), generator=self.gen)))
+            tokens = request["prompt"] + request["out"]
+            self.all_token_ids[slot, : len(tokens)] = torch.tensor(tokens)
 
     def trace(self, slot: int) -> tuple[list[float], list[int]]:
         track = self.proc._tracks[slot]
@@ -172,3 +175,27 @@ def test_model_runner_v2_adapter_keeps_traces_through_reordering_and_recycled_sl
         assert entropy == pytest.approx(request["expected"], abs=1e-6)
         assert output_ids == request["out"][:-1]  # the last sample is fed back on the next step
     assert len(a["expected"]) == 4 and len(d["expected"]) == 2
+
+
+def test_model_runner_v2_adapter_recovers_the_ids_of_a_request_resumed_after_preemption():
+    b = FakeSlots()
+    a = b.add(0, "a", 3)
+    for _ in range(3):
+        b.step([0])
+    steering = b.proc._tracks[0].steering
+    b.live.pop(0)  # preempted: the slot is freed, then the request comes back in slot 5
+    b.prompt_len[5] = 3
+    b.all_token_ids[5] = b.all_token_ids[0]
+    from agent_gravity.backends._steered_rows import REGISTRY
+
+    REGISTRY.put(steering)  # the caller's Steering is found again by its key
+    try:
+        b.proc.add_request(5, params("a"))
+        b.live[5] = a
+        b.step([5])
+        b.step([5])
+    finally:
+        REGISTRY.pop("a")
+    entropy, output_ids = b.trace(5)
+    assert output_ids == a["out"][:-1] and len(output_ids) == 4
+    assert entropy == pytest.approx(a["expected"], abs=1e-6) and len(entropy) == 5

@@ -69,3 +69,12 @@ def test_shapes_are_checked():
         attention_entropy(torch.zeros(3, 1, 16), torch.zeros(2, 4, 16))
     with pytest.raises(ValueError, match="equal dim"):
         attention_entropy(torch.zeros(2, 1, 16), torch.zeros(2, 4, 8))
+
+
+def test_segments_past_the_keys_are_clipped_not_read():
+    q, k = qk(2, 1, 3, 40, 16)
+    wide = torch.tensor([[-5, 20], [20, 400]], device=DEVICE)
+    exact = torch.tensor([[0, 20], [20, 40]], device=DEVICE)
+    for impl in ("torch", "triton"):
+        torch.testing.assert_close(attention_entropy(q, k, segments=wide, impl=impl),
+                                   attention_entropy(q, k, segments=exact, impl="torch"), atol=1e-4, rtol=1e-4)

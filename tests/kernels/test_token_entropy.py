@@ -55,6 +55,11 @@ def _rows_of(kind: str, n: int, vocab: int, seed: int) -> torch.Tensor:
         return x
     if kind == "uniform":
         return torch.zeros(n, vocab)
+    if kind == "sentinel":  # masked with a huge finite value instead of -inf, as some callers do
+        x = torch.randn(n, vocab, generator=g) * 4
+        x[:, : vocab // 2] = -1e30
+        x[0, : vocab - 1] = torch.finfo(torch.bfloat16).min
+        return x
     if kind == "masked":
         x = torch.randn(n, vocab, generator=g) * 4
         x[torch.rand(n, vocab, generator=g) < 0.7] = float("-inf")
@@ -66,7 +71,7 @@ def _rows_of(kind: str, n: int, vocab: int, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("kind", ["random", "peaked", "uniform", "masked"])
+@pytest.mark.parametrize("kind", ["random", "peaked", "uniform", "masked", "sentinel"])
 @pytest.mark.parametrize("vocab", [2, 4097, 50021])
 def test_matches_the_definition(impl, dtype, kind, vocab):
     logits = rows_of(kind, 5, vocab, seed=vocab).to(dtype)
