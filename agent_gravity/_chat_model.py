@@ -47,12 +47,17 @@ class _Call:
     params: dict[str, Any]
 
 
+# Scanning the vocabulary costs milliseconds: once per backend (and marker), not once per call.
 @functools.lru_cache(maxsize=32)
-def _ids_where(backend: Backend, kind: str, text: str) -> tuple[int, ...]:
-    """Vocabulary ids whose text ends with a line break, or stripped equals ``text``."""
-    if kind == "line_break":
-        return tuple(i for i, t in enumerate(backend.token_texts) if t.endswith("\n"))
-    return tuple(i for i, t in enumerate(backend.token_texts) if t.strip() == text and t.strip())
+def _line_break_ids(backend: Backend) -> tuple[int, ...]:
+    """Vocabulary ids whose text ends with a line break."""
+    return tuple(i for i, t in enumerate(backend.token_texts) if t.endswith("\n"))
+
+
+@functools.lru_cache(maxsize=32)
+def _ids_spelling(backend: Backend, text: str) -> tuple[int, ...]:
+    """Vocabulary ids whose text, stripped of surrounding white space, is ``text``."""
+    return tuple(i for i, t in enumerate(backend.token_texts) if text and t.strip() == text)
 
 
 def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig) -> ReasoningIds:
@@ -61,9 +66,9 @@ def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig)
     first_piece = backend.decode(end_ids[:1]).strip()
     return ReasoningIds(
         end_ids=end_ids,
-        end_start_ids=tuple(sorted({end_ids[0], *_ids_where(backend, "piece", first_piece)})),
+        end_start_ids=tuple(sorted({end_ids[0], *_ids_spelling(backend, first_piece)})),
         answer_prefix_ids=tuple(backend.encode(fmt.answer_prefix)),
-        line_break_ids=_ids_where(backend, "line_break", ""),
+        line_break_ids=_line_break_ids(backend),
         newline_ids=tuple(backend.encode("\n")),
         max_reasoning_tokens=config.max_reasoning_tokens,
     )
@@ -122,8 +127,9 @@ class ChatGravity(BaseChatModel):
             raise InvalidCallOptionError(
                 f"unsupported call options {sorted(unknown)}; supported: {', '.join(_OVERRIDES)}")
         opts = {k: kwargs.get(k, getattr(self, k)) for k in _OVERRIDES}
-        if kwargs:  # per-call options get the same validation as the constructor's
-            opts = self.model_validate({**self.model_dump(exclude={"backend"}), **opts}).__dict__
+        if kwargs:  # per-call options get the constructor's validation, field by field
+            checked = type(self).model_validate(opts)
+            opts = {k: getattr(checked, k) for k in _OVERRIDES}
         config: GravityConfig = opts["gravity"]
         chat = to_chat_dicts(messages)
         backend = self.get_backend()

@@ -9,6 +9,8 @@ batch has only a few rows.
 
 from __future__ import annotations
 
+import functools
+
 import triton
 import triton.language as tl
 
@@ -27,7 +29,7 @@ def _rescale(m, s0, s1, s2, m_new):
 
 
 @triton.jit
-def _partial_kernel(logits_ptr, stride_row, rows_ptr, n_cols, split_size, part_ptr, max_splits,
+def _partial_kernel(logits_ptr, stride_row, rows_ptr, n_cols, split_size, part_ptr,
                     HAS_ROWS: tl.constexpr, BLOCK_SIZE: tl.constexpr):
     r = tl.program_id(0)
     split = tl.program_id(1)
@@ -64,7 +66,7 @@ def _partial_kernel(logits_ptr, stride_row, rows_ptr, n_cols, split_size, part_p
         s0 += tl.sum(e, axis=0)
         s1 += tl.sum(ey, axis=0)
         s2 += tl.sum(tl.where(e > 0, ey * y, 0.0), axis=0)
-    out = part_ptr + (r * max_splits + split) * 7
+    out = part_ptr + (r * tl.num_programs(1) + split) * 7
     tl.store(out + 0, m)
     tl.store(out + 1, s0)
     tl.store(out + 2, s1)
@@ -75,12 +77,12 @@ def _partial_kernel(logits_ptr, stride_row, rows_ptr, n_cols, split_size, part_p
 
 
 @triton.jit
-def _combine_kernel(part_ptr, n_splits, max_splits, entropy_ptr, varentropy_ptr, top_prob_ptr, margin_ptr,
+def _combine_kernel(part_ptr, n_splits, entropy_ptr, varentropy_ptr, top_prob_ptr, margin_ptr,
                     top_id_ptr, SPLITS: tl.constexpr):
     r = tl.program_id(0)
     lanes = tl.arange(0, SPLITS)
     live = lanes < n_splits
-    part = part_ptr + (r * max_splits + lanes) * 7
+    part = part_ptr + (r * n_splits + lanes) * 7
     m = tl.load(part + 0, mask=live, other=float("-inf"))
     s0 = tl.load(part + 1, mask=live, other=0.0)
     s1 = tl.load(part + 2, mask=live, other=0.0)
@@ -112,7 +114,7 @@ def token_entropy_triton(logits, rows=None, out: TokenStats | None = None, split
         logits = logits.contiguous()
     out = TokenStats.empty(n_rows, logits.device) if out is None else out
     if splits is None:
-        splits = _default_splits(n_rows, n_cols, logits.device)
+        splits = _default_splits(n_rows, logits.device)
     splits = max(1, min(splits, triton.cdiv(n_cols, BLOCK)))
     split_size = triton.cdiv(triton.cdiv(n_cols, splits), BLOCK) * BLOCK
     splits = triton.cdiv(n_cols, split_size)
@@ -120,18 +122,24 @@ def token_entropy_triton(logits, rows=None, out: TokenStats | None = None, split
     if workspace is None or workspace.numel() < n_rows * splits * N_PARTIALS:
         workspace = torch.empty(n_rows * splits * N_PARTIALS, dtype=torch.float32, device=logits.device)
     rows_arg = rows if rows is not None else workspace  # any pointer when HAS_ROWS is false
-    _partial_kernel[(n_rows, splits)](logits, logits.stride(0), rows_arg, n_cols, split_size, workspace, splits,
+    _partial_kernel[(n_rows, splits)](logits, logits.stride(0), rows_arg, n_cols, split_size, workspace,
                                       HAS_ROWS=rows is not None, BLOCK_SIZE=BLOCK)
-    _combine_kernel[(n_rows,)](workspace, splits, splits, out.entropy, out.varentropy, out.top_prob, out.margin,
+    _combine_kernel[(n_rows,)](workspace, splits, out.entropy, out.varentropy, out.top_prob, out.margin,
                                out.top_id, SPLITS=triton.next_power_of_2(splits))
     return out
 
 
-def _default_splits(n_rows: int, n_cols: int, device) -> int:
+def _default_splits(n_rows: int, device) -> int:
     """Enough programs to fill the GPU about four times over."""
-    import torch
-
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, (4 * sms) // max(n_rows, 1))
+    return max(1, (4 * _multiprocessors(device.index)) // max(n_rows, 1))
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(index: int | None) -> int:
+    """SM count of a CUDA device, asked once: this runs on every decode step."""
+    import torch
+
+    return torch.cuda.get_device_properties(index if index is not None else torch.cuda.current_device()
+                                            ).multi_processor_count

@@ -152,7 +152,7 @@ class _Broken(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def shutdown(self):
-        pass
+        """Nothing to release."""
 
 
 _BROKEN = _Broken()

@@ -25,11 +25,13 @@ class StandInEngine:
         self.fail_on = fail_on
         self.go = threading.Event()
         self.go.set()
+        self.added = threading.Event()
 
     def add_request(self, request_id, prompt, params):
         if prompt["prompt_token_ids"] == [666]:
             raise ValueError("bad prompt")
         self.live[request_id] = [params.max_tokens, 0]
+        self.added.set()
 
     def has_unfinished_requests(self):
         return bool(self.live)
@@ -110,8 +112,7 @@ def test_closing_answers_waiting_callers_and_refuses_new_ones():
 
     waiter = threading.Thread(target=wait_for_result)
     waiter.start()
-    while not engine.live:
-        pass
+    assert engine.added.wait(timeout=10)
     backend._loop._inbox.put(("close", None))
     engine.go.set()
     waiter.join(timeout=10)

@@ -12,8 +12,8 @@ from triton.compiler import ASTSource
 HOPPER = GPUTarget("cuda", 90, 32)
 I32, F32 = "i32", "fp32"
 TOKEN_PARTIAL = {"logits_ptr": "*bf16", "stride_row": I32, "rows_ptr": "*i64", "n_cols": I32, "split_size": I32,
-                 "part_ptr": "*fp32", "max_splits": I32, "HAS_ROWS": "constexpr", "BLOCK_SIZE": "constexpr"}
-TOKEN_COMBINE = {"part_ptr": "*fp32", "n_splits": I32, "max_splits": I32, "entropy_ptr": "*fp32",
+                 "part_ptr": "*fp32", "HAS_ROWS": "constexpr", "BLOCK_SIZE": "constexpr"}
+TOKEN_COMBINE = {"part_ptr": "*fp32", "n_splits": I32, "entropy_ptr": "*fp32",
                  "varentropy_ptr": "*fp32", "top_prob_ptr": "*fp32", "margin_ptr": "*fp32", "top_id_ptr": "*i64",
                  "SPLITS": "constexpr"}
 ATTENTION = {"q_ptr": "*fp16", "k_ptr": "*fp16", "pos_ptr": "*i32", "seg_ptr": "*i32", "out_ptr": "*fp32",
