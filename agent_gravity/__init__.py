@@ -14,6 +14,9 @@ _EXPORTS = {
     "ChatGravity": "agent_gravity._chat_model",
     "GravityConfig": "agent_gravity._config",
     "ReasoningFormat": "agent_gravity._config",
+    "ProbeConfig": "agent_gravity._config",
+    "GravityProfile": "agent_gravity._profile",
+    "load_profile": "agent_gravity._profile",
     "ContextLengthError": "agent_gravity._errors",
     "EngineError": "agent_gravity._errors",
     "EngineMemoryError": "agent_gravity._errors",
@@ -27,7 +30,7 @@ __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
     from agent_gravity._chat_model import ChatGravity
-    from agent_gravity._config import GravityConfig, ReasoningFormat
+    from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
     from agent_gravity._errors import (
         ContextLengthError,
         EngineError,
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         ModelCacheError,
         ModelNotFoundError,
     )
+    from agent_gravity._profile import GravityProfile, load_profile
 
 
 def __getattr__(name: str) -> Any:

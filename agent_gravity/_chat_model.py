@@ -20,6 +20,7 @@ from agent_gravity import _model_store
 from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
 from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
+from agent_gravity._profile import load_profile, profile_path
 from agent_gravity._reasoning import ReasoningSplitter, scaffold, split_reasoning
 from agent_gravity._steering import ReasoningIds, SteeringSpec
 from agent_gravity._telemetry import chat_span, response_attributes, set_attributes
@@ -34,7 +35,7 @@ from agent_gravity.backends.base import (
     drain,
 )
 
-_OVERRIDES = ("gravity", "temperature", "top_p", "seed")
+_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task")
 
 
 @dataclass
@@ -45,6 +46,7 @@ class _Call:
     request: GenerationRequest
     fmt: ReasoningFormat | None
     params: dict[str, Any]
+    task: str | None = None
 
 
 # Scanning the vocabulary costs milliseconds: once per backend (and marker), not once per call.
@@ -52,6 +54,13 @@ class _Call:
 def _line_break_ids(backend: Backend) -> tuple[int, ...]:
     """Vocabulary ids whose text ends with a line break."""
     return tuple(i for i, t in enumerate(backend.token_texts) if t.endswith("\n"))
+
+
+@functools.lru_cache(maxsize=32)
+def _bracket_deltas(backend: Backend) -> tuple[tuple[int, int], ...]:
+    """``(id, opened minus closed)`` for vocabulary ids that open or close a JSON bracket."""
+    deltas = ((i, t.count("{") + t.count("[") - t.count("}") - t.count("]")) for i, t in enumerate(backend.token_texts))
+    return tuple((i, d) for i, d in deltas if d)
 
 
 @functools.lru_cache(maxsize=32)
@@ -74,6 +83,29 @@ def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig)
     )
 
 
+def steering_spec(backend: Backend, config: GravityConfig, task: str | None,
+                  ids: ReasoningIds | None) -> SteeringSpec:
+    """What the engine runs for one call: the policies only when early exits may fire for ``task``."""
+    active = config.active_for(task)
+    return SteeringSpec(
+        key=uuid.uuid4().hex, eos_ids=tuple(backend.eos_ids),
+        policy=config.policy if active else None, loop=config.loop if active else None,
+        probe=config.probe.spec() if active and config.probe else None,
+        min_tokens=config.min_tokens, reasoning=ids, brackets=_bracket_deltas(backend),
+    )
+
+
+def local_backend(model: str | None = None, **settings: Any) -> Backend:
+    """Start (or join) the local vLLM engine for a model folder, or the embedded default when None."""
+    from agent_gravity.backends.local_vllm import EngineSettings, shared_backend
+
+    if model is None:
+        folder, name = _model_store.pull(), _model_store.DEFAULT_MODEL.name
+    else:
+        folder, name = Path(model).expanduser().resolve(), None
+    return shared_backend(EngineSettings(str(folder), **settings), name)
+
+
 class ChatGravity(BaseChatModel):
     """Chat model that watches next-token entropy and ends reasoning once it has locked in.
 
@@ -89,11 +121,23 @@ class ChatGravity(BaseChatModel):
     temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = None
+    task: str | None = None
+    """The kind of work (e.g. ``legal``); kinds in ``gravity.excluded_tasks`` never end early."""
     max_model_len: int = Field(4096, ge=16)
     backend: Any = Field(default=None, exclude=True)
     """A ready Backend to use instead of starting the local vLLM engine."""
 
     _backend: Backend | None = PrivateAttr(default=None)
+    _profile: str | None = PrivateAttr(default=None)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Without an explicit ``gravity``, use the model's calibrated profile when there is one."""
+        if "gravity" in self.model_fields_set:
+            return
+        name = _model_store.DEFAULT_MODEL.name if self.model is None else Path(self.model).expanduser().name
+        profile = load_profile(name)
+        if profile is not None:
+            self.gravity, self._profile = profile.gravity, str(profile_path(name))
 
     @property
     def _llm_type(self) -> str:
@@ -111,13 +155,7 @@ class ChatGravity(BaseChatModel):
         return self._backend
 
     def _start_local_backend(self) -> Backend:
-        from agent_gravity.backends.local_vllm import EngineSettings, shared_backend
-
-        if self.model is None:
-            folder, name = _model_store.pull(), _model_store.DEFAULT_MODEL.name
-        else:
-            folder, name = Path(self.model).expanduser().resolve(), None
-        return shared_backend(EngineSettings(str(folder), max_model_len=self.max_model_len), name)
+        return local_backend(self.model, max_model_len=self.max_model_len)
 
     # -- one call, sync and async share everything but the transport --------------------------
 
@@ -146,13 +184,12 @@ class ChatGravity(BaseChatModel):
                 f"(max_reasoning_tokens + max_answer_tokens), but the context holds {backend.max_context}; "
                 "shorten the conversation, lower the budgets in GravityConfig, or raise max_model_len"
             )
-        spec = SteeringSpec(key=uuid.uuid4().hex, eos_ids=tuple(backend.eos_ids), policy=config.policy_spec(),
-                            min_tokens=config.min_tokens, reasoning=ids)
+        spec = steering_spec(backend, config, opts["task"], ids)
         sampling = SamplingSettings(max_tokens=budget, temperature=opts["temperature"], top_p=opts["top_p"],
                                     seed=opts["seed"], stop=tuple(stop or ()))
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
-        return _Call(backend, GenerationRequest(prompt, sampling, spec), fmt, params)
+        return _Call(backend, GenerationRequest(prompt, sampling, spec), fmt, params, opts["task"])
 
     @staticmethod
     def _format(backend: Backend, config: GravityConfig) -> ReasoningFormat | None:
@@ -163,7 +200,7 @@ class ChatGravity(BaseChatModel):
 
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
         usage = usage_metadata(result)
-        gravity = gravity_metadata(result)
+        gravity = {**gravity_metadata(result), "profile": self._profile, "task": call.task}
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
         return {

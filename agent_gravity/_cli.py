@@ -1,4 +1,4 @@
-"""Command line: ``agent-gravity demo``, ``agent-gravity model pull``."""
+"""Command line: ``agent-gravity demo``, ``model pull``, ``calibrate`` and ``bench ...``."""
 
 from __future__ import annotations
 
@@ -82,6 +82,75 @@ def _bench_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
+_SAVINGS_METHODS = ("full", "window_mean", "ewma", "cusum", "loop", "probe", "default", "vllm_budget", "dynasor")
+
+
+def _tasks(seed: int, items: int | None, free_text: int | None):
+    from agent_gravity.bench.tasks import generate_tasks, load_tasks
+
+    tasks = load_tasks() if seed == 0 else generate_tasks(seed)
+    graded = [t for t in tasks if t.answer is not None]
+    free = [t for t in tasks if t.answer is None]
+    return graded[:items] + free[:free_text]
+
+
+def _bench_savings(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agent_gravity._chat_model import ChatGravity, local_backend
+    from agent_gravity.bench import savings
+
+    tasks = _tasks(0, args.items, args.free_text)
+    bar = tqdm(total=len(args.methods), desc="starting the vLLM engine", file=sys.stderr, unit="method")
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = local_backend(args.model, reasoning_markers=savings.engine_markers())
+        model = ChatGravity(backend=backend)
+
+        def advance(name: str, summary: dict) -> None:
+            bar.set_description(f"{name}: {summary['reasoning_tokens']['value']:.1f} reasoning tokens/item")
+            bar.update(1)
+
+        report = savings.main(model, tasks, args.methods, args.concurrency,
+                              lambda n: savings.ThinkingBudgetBackend(backend, n), Path(args.out), advance)
+    bar.close()
+    report["command"] = " ".join(["agent-gravity", *sys.argv[1:]])
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "per_item"}))
+    else:
+        print(savings.table(report))
+        print(f"wrote {Path(args.out) / 'savings.json'} and {Path(args.out) / 'savings.png'}")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agent_gravity._calibrate import FACTORS, calibrate
+    from agent_gravity._chat_model import ChatGravity
+    from agent_gravity._profile import save_profile
+
+    tasks = _tasks(args.seed, args.items, args.free_text)
+    factors = args.factors or FACTORS
+    bar = tqdm(total=len(factors), desc="full run", file=sys.stderr, unit="candidate")
+    with contextlib.redirect_stdout(sys.stderr):
+        model = ChatGravity(model=args.model)
+
+        def advance(name: str, m: dict) -> None:
+            bar.set_description(f"{name}: kept {m['preservation']['value']:.0%}, "
+                                f"saved {m['reasoning_saved']['value']:.0%}")
+            bar.update(1)
+
+        profile = calibrate(model, tasks, args.target, args.concurrency, factors, advance)
+    bar.close()
+    path = save_profile(profile)
+    m = profile.measured
+    verdict = "meets" if m["target_met"] else "NO candidate met the target; chose the best preserver,"
+    print(f"{profile.model}: candidate {m['candidate']} {verdict} preservation {m['preservation']['value']:.1%} "
+          f"(target {args.target:.0%}), reasoning saved {m['reasoning_saved']['value']:.1%} on {m['items']} items")
+    print(f"wrote {path}; ChatGravity loads it for this model unless given gravity=...")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-gravity", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -108,6 +177,25 @@ def build_parser() -> argparse.ArgumentParser:
     kern.add_argument("--repeats", type=int, default=50)
     kern.add_argument("--out", default="artifacts/bench", help="folder for kernels.json and kernels.png")
     kern.set_defaults(run=_bench_kernels)
+    sav = benches.add_parser("savings", help="tokens saved against answers kept: every method, one engine")
+    sav.add_argument("--items", type=int, default=None, help="reasoning items to use (default: all 210)")
+    sav.add_argument("--free-text", type=int, default=None, help="free-text items to use (default: all 30)")
+    sav.add_argument("--methods", nargs="+", default=list(_SAVINGS_METHODS), choices=_SAVINGS_METHODS,
+                     help="methods to run (default: all); full always runs, as the reference")
+    sav.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    sav.add_argument("--model", help="a local model folder (default: the embedded model)")
+    sav.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    sav.add_argument("--out", default="artifacts/bench", help="folder for savings.json and savings.png")
+    sav.set_defaults(run=_bench_savings)
+    cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
+    cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")
+    cal.add_argument("--items", type=int, default=40, help="warm-up reasoning items (default 40)")
+    cal.add_argument("--free-text", type=int, default=8, help="warm-up free-text items (default 8)")
+    cal.add_argument("--seed", type=int, default=1, help="task-set seed (default 1; the benchmark uses 0)")
+    cal.add_argument("--factors", type=float, nargs="+", help="threshold scale factors to try")
+    cal.add_argument("--concurrency", type=int, default=8)
+    cal.add_argument("--model", help="a local model folder (default: the embedded model)")
+    cal.set_defaults(run=_calibrate)
     return parser
 
 

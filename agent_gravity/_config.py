@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agent_gravity._probe import ProbeSpec
+from agent_gravity.policies import policy_from_spec
 
 
 class ReasoningFormat(BaseModel):
@@ -24,17 +28,49 @@ class ReasoningFormat(BaseModel):
 NATIVE_THINK = ReasoningFormat(start="<think>\n", end="</think>", answer_prefix="\n\n", scaffold=False)
 
 
+DEFAULT_POLICY: dict[str, Any] = {"name": "all_of", "within": 4, "policies": [
+    {"name": "window_mean", "window": 8, "threshold": 0.6, "patience": 2},
+    {"name": "ewma", "alpha": 0.15, "threshold": 0.7, "varentropy_threshold": 1.5},
+]}
+"""Until ``agent-gravity bench savings`` says otherwise: a windowed-mean lock confirmed by EWMA."""
+
+RISKY_TASKS = frozenset({"creative_writing", "legal", "medical", "multi_hop"})
+
+
+class ProbeConfig(BaseModel):
+    """Confirm a lock with short answer probes before ending reasoning."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agree: int = Field(2, ge=1)
+    """Consecutive probe answers that must agree."""
+    tokens: int = Field(12, ge=1)
+    """Tokens each probe may write."""
+    gap: int = Field(16, ge=1)
+    """Reasoning tokens between two probes."""
+    max_probes: int = Field(6, ge=1)
+    interval: int | None = Field(None, ge=1)
+    """Also probe every ``interval`` tokens whatever the policy says (the Dynasor-CoT schedule); None: on locks only."""
+
+    def spec(self) -> ProbeSpec:
+        """The engine-side form."""
+        return ProbeSpec(**self.model_dump())
+
+
 class GravityConfig(BaseModel):
     """When gravity fires and what it may do. Invalid values raise a ValidationError naming the field."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = True
-    """False: same model and format, the entropy trace is still recorded, reasoning is never cut short."""
-    window: int = 10
-    """Tokens in the rolling window whose mean entropy is compared with ``threshold``."""
-    threshold: float = Field(0.5, allow_inf_nan=False)
-    """Mean entropy (nats) under which the window counts as locked in."""
+    """False: same model and format, the entropy trace is still recorded, nothing is cut short."""
+    policy: dict[str, Any] | None = Field(default_factory=lambda: copy.deepcopy(DEFAULT_POLICY))
+    """Policy spec ``{"name": ..., **params}`` (see ``agent_gravity.policies.POLICIES``) saying when reasoning
+    has converged; None relies on ``probe.interval`` alone."""
+    probe: ProbeConfig | None = Field(default_factory=ProbeConfig)
+    """Confirm each lock with answer probes; None ends reasoning on the policy's word alone."""
+    loop: dict[str, Any] | None = Field(default_factory=lambda: {"name": "loop"})
+    """Policy spec that stops degenerate loops (reason ``loop``) in reasoning and answer; None never does."""
     min_tokens: int = 16
     """Reasoning tokens before gravity may fire."""
     max_reasoning_tokens: int = 256
@@ -43,8 +79,10 @@ class GravityConfig(BaseModel):
     """Budget the answer gets after reasoning ends."""
     reasoning: ReasoningFormat | Literal["auto"] | None = "auto"
     """``auto``: the model's native ``<think>`` format if its vocabulary has one, else a scaffold."""
+    excluded_tasks: frozenset[str] = RISKY_TASKS
+    """Task types (the ``task`` call option) that never end early: the trace is still recorded."""
 
-    @field_validator("window", "max_reasoning_tokens", "max_answer_tokens")
+    @field_validator("max_reasoning_tokens", "max_answer_tokens")
     @classmethod
     def _positive(cls, value: int, info: Any) -> int:
         if value < 1:
@@ -58,13 +96,14 @@ class GravityConfig(BaseModel):
             raise ValueError(f"min_tokens must be 0 or more, got {value}")
         return value
 
-    @field_validator("threshold", mode="before")
+    @field_validator("policy", "loop")
     @classmethod
-    def _number(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValueError(f"threshold must be a number of nats (for example 0.5), got {value!r}")
-        if value <= 0:
-            raise ValueError(f"threshold must be above 0 nats, got {value}")
+    def _policy_spec(cls, value: dict[str, Any] | None, info: Any) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                policy_from_spec(value)
+            except ValueError as exc:
+                raise ValueError(f"{info.field_name}: {exc}") from exc
         return value
 
     @model_validator(mode="after")
@@ -74,8 +113,6 @@ class GravityConfig(BaseModel):
                              f"({self.max_reasoning_tokens}), or gravity could never fire")
         return self
 
-    def policy_spec(self) -> dict[str, Any] | None:
-        """The policy spec the engine runs, or None when gravity is off."""
-        if not self.enabled:
-            return None
-        return {"name": "window_mean", "window": self.window, "threshold": self.threshold}
+    def active_for(self, task: str | None) -> bool:
+        """Whether early exits may fire for a call of this task type."""
+        return self.enabled and task not in self.excluded_tasks

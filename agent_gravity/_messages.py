@@ -90,17 +90,21 @@ def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
     reasoning_tokens, answer_tokens = _split_counts(result)
     answer_started = steering is None or steering.spec.reasoning is None or steering.answer_start is not None
     lock = steering.lock if steering else None
+    early = bool(steering and steering.terminated_early)
+    probes = steering.probes if steering else None
     finite = [e for e in result.entropy if math.isfinite(e)]
     return {
-        "enabled": bool(steering and steering.spec.policy is not None),
-        "terminated_early": bool(steering and steering.terminated_early),
-        "reason": steering.exit.value if steering and steering.exit else None,
-        "detail": lock.describe() if lock and steering and steering.terminated_early else None,
+        "enabled": bool(steering and (steering.spec.policy or steering.spec.loop or steering.spec.probe)),
+        "terminated_early": early,
+        "reason": steering.reason if steering else None,
+        "detail": lock.describe() if lock and early else None,
         "lock_step": lock.step if lock else None,
         "trigger": dict(lock.values) if lock else None,
+        "probes": len(probes.records) if probes else 0,
+        "probe_tokens": probes.tokens if probes else 0,
         "reasoning_tokens": reasoning_tokens,
         "answer_tokens": answer_tokens,
-        "answer_complete": answer_started and result.finish_reason == "stop",
+        "answer_complete": answer_started and result.finish_reason == "stop" and not (steering and steering.stopped),
         "entropy": list(result.entropy),
         "entropy_mean": sum(finite) / len(finite) if finite else None,
     }

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from agent_gravity.policies import GravityPolicy, Lock, policy_from_spec
+from agent_gravity._probe import Prober, ProbeSpec, ProbeState
+from agent_gravity.policies import GravityPolicy, Lock, Observation, policy_from_spec
 
 EXTRA_ARGS_KEY = "agent_gravity"
 
@@ -43,9 +44,17 @@ class SteeringSpec:
     key: str
     eos_ids: tuple[int, ...]
     policy: dict[str, Any] | None = None
-    """``{"name": ..., **params}``; None records the trace but never fires."""
+    """``{"name": ..., **params}`` deciding when reasoning has converged; None never fires."""
+    loop: dict[str, Any] | None = None
+    """Policy spec for degenerate loops, watched in every phase; None never stops a loop."""
+    probe: ProbeSpec | None = None
+    """Confirm gravity locks with answer probes; None exits on the policy's word alone."""
     min_tokens: int = 0
     reasoning: ReasoningIds | None = None
+    brackets: tuple[tuple[int, int], ...] = ()
+    """``(id, opened minus closed brackets)`` for ids that open or close JSON: no exit fires inside."""
+    structured: bool = False
+    """Tool calls or grammar-constrained output: nothing is ever cut, the trace is still recorded."""
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise to JSON-compatible data."""
@@ -55,18 +64,16 @@ class SteeringSpec:
     def from_dict(cls, data: dict[str, Any]) -> SteeringSpec:
         """Parse and validate; raises ValueError naming the bad field."""
         try:
-            reasoning = data.get("reasoning")
             spec = cls(
                 key=str(data["key"]),
                 eos_ids=tuple(int(i) for i in data["eos_ids"]),
-                policy=dict(data["policy"]) if data.get("policy") is not None else None,
+                policy=_policy(data.get("policy")),
+                loop=_policy(data.get("loop")),
+                probe=None if data.get("probe") is None else ProbeSpec(**data["probe"]),
                 min_tokens=int(data.get("min_tokens", 0)),
-                reasoning=None if reasoning is None else ReasoningIds(
-                    **{name: tuple(int(i) for i in reasoning[name])
-                       for name in ("end_ids", "end_start_ids", "answer_prefix_ids", "line_break_ids",
-                                    "newline_ids")},
-                    max_reasoning_tokens=int(reasoning["max_reasoning_tokens"]),
-                ),
+                reasoning=_reasoning(data.get("reasoning")),
+                brackets=tuple((int(i), int(d)) for i, d in data.get("brackets", ())),
+                structured=bool(data.get("structured", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: {exc!r}") from exc
@@ -75,9 +82,24 @@ class SteeringSpec:
         ):
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: reasoning.end_ids and newline_ids must be set, "
                              "and end_start_ids must hold end_ids[0]")
-        if spec.policy is not None:
-            policy_from_spec(spec.policy)  # raises on unknown names or bad parameters
         return spec
+
+
+def _policy(data: Any) -> dict[str, Any] | None:
+    if data is None:
+        return None
+    policy_from_spec(data)  # raises on unknown names or bad parameters
+    return dict(data)
+
+
+def _reasoning(data: Any) -> ReasoningIds | None:
+    if data is None:
+        return None
+    return ReasoningIds(
+        **{name: tuple(int(i) for i in data[name])
+           for name in ("end_ids", "end_start_ids", "answer_prefix_ids", "line_break_ids", "newline_ids")},
+        max_reasoning_tokens=int(data["max_reasoning_tokens"]),
+    )
 
 
 class Phase(Enum):
@@ -85,6 +107,7 @@ class Phase(Enum):
     REASONING = "reasoning"
     CLOSING = "closing"
     ANSWER = "answer"
+    STOPPED = "stopped"
 
 
 class Exit(Enum):
@@ -92,6 +115,7 @@ class Exit(Enum):
 
     MODEL = "model_ended"
     GRAVITY = "gravity"
+    LOOP = "loop"
     BUDGET = "reasoning_budget"
 
 
@@ -110,50 +134,89 @@ NO_ACTION = Action()
 
 @dataclass
 class Steering:
-    """Per-request gravity state machine; the engine drives it, the caller reads its trace."""
+    """Per-request gravity state machine; the engine drives it, the caller reads its trace.
+
+    ``prober`` is set by an in-process backend that can run answer probes; without one a
+    probe-confirmed policy never exits early (it cannot be confirmed).
+    """
 
     spec: SteeringSpec
+    prober: Prober | None = None
     entropy: list[float] = field(default_factory=list)
+    varentropy: list[float] = field(default_factory=list)
     lock: Lock | None = None
+    """The lock that ended reasoning or stopped a loop (or, with no exit, the first one seen)."""
     exit: Exit | None = None
+    stopped: Lock | None = None
+    """A loop lock that ended the output after the reasoning (or in plain generation)."""
     reasoning_tokens: int | None = None
     answer_start: int | None = None
+    probes: ProbeState | None = None
     _policy: GravityPolicy | None = field(init=False, default=None)
+    _loop: GravityPolicy | None = field(init=False, default=None)
+    _candidate: Lock | None = field(init=False, default=None)
+    _confirmed_lock: Lock | None = field(init=False, default=None)
+    _loop_lock: Lock | None = field(init=False, default=None)
     _phase: Phase = field(init=False)
     _pending: list[int] = field(init=False, default_factory=list)
     _confirmed: int = field(init=False, default=0)
     _answer_has_text: bool = field(init=False, default=False)
+    _depth: int = field(init=False, default=0)
+    _brackets: dict[int, int] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.spec.policy is not None:
-            self._policy = policy_from_spec(self.spec.policy)
-        self._phase = Phase.REASONING if self.spec.reasoning else Phase.PLAIN
+        spec = self.spec
+        self._policy = policy_from_spec(spec.policy) if spec.policy is not None else None
+        self._loop = policy_from_spec(spec.loop) if spec.loop is not None else None
+        self.probes = ProbeState(spec.probe) if spec.probe is not None else None
+        self._brackets = dict(spec.brackets)
+        self._phase = Phase.REASONING if spec.reasoning else Phase.PLAIN
 
     @property
     def terminated_early(self) -> bool:
-        return self.exit is Exit.GRAVITY
+        return self.exit in (Exit.GRAVITY, Exit.LOOP) or self.stopped is not None
 
-    def step(self, entropy: float, output_ids: list[int], top_id: int | None = None) -> Action:
+    @property
+    def reason(self) -> str | None:
+        """Why the output ended where it did: an Exit value, or ``loop`` for a stopped loop."""
+        return "loop" if self.stopped is not None else self.exit.value if self.exit else None
+
+    def step(self, entropy: float, output_ids: list[int], top_id: int | None = None,
+             varentropy: float = math.nan) -> Action:
         """Record this step's entropy, confirm the tokens sampled since, and decide.
 
         ``top_id`` is the model's most likely next token: when gravity fires where the model
         was about to close its reasoning anyway, the exit is credited to the model.
         """
         t = len(output_ids)
-        self._record(t, entropy)
+        self._record(t, entropy, varentropy)
         for s in range(self._confirmed, t):
             self._on_token(s, output_ids[s])
         self._confirmed = max(self._confirmed, t)
-        return self._decide(t, output_ids[t - 1] if t else None, top_id)
+        return self._decide(t, output_ids, top_id)
 
-    def _record(self, t: int, entropy: float) -> None:
+    def probe_answered(self, text: str, tokens: int) -> None:
+        """The in-flight probe wrote ``text`` in ``tokens`` tokens (called on the engine's thread)."""
+        if self.probes is None or not self.probes.in_flight:
+            return
+        if self.probes.answered(text, tokens) and self._phase is Phase.REASONING:
+            first = self.probes.records[-self.probes.spec.agree]
+            trigger = self._candidate
+            values = {**(trigger.values if trigger else {}), "probes": float(len(self.probes.records)),
+                      "agreeing": float(self.probes.spec.agree)}
+            name = f"probe({trigger.policy})" if trigger else "probe"
+            self._confirmed_lock = Lock(first.step, name, values)
+
+    def _record(self, t: int, entropy: float, varentropy: float) -> None:
         # A step whose sample the engine discarded (chunked prefill) is seen again at the same t.
-        del self.entropy[t:]
-        self.entropy.extend([math.nan] * (t - len(self.entropy)))
-        self.entropy.append(entropy)
+        for trace, value in ((self.entropy, entropy), (self.varentropy, varentropy)):
+            del trace[t:]
+            trace.extend([math.nan] * (t - len(trace)))
+            trace.append(value)
 
     def _on_token(self, s: int, token: int) -> None:
         reasoning = self.spec.reasoning
+        self._depth = max(0, self._depth + self._brackets.get(token, 0))
         if self._phase is Phase.CLOSING:
             self._pending.pop(0)
             if not self._pending:
@@ -162,40 +225,80 @@ class Steering:
             self._close(s, Exit.MODEL, [*reasoning.end_ids[1:], *reasoning.answer_prefix_ids])
             if not self._pending:
                 self._begin_answer(s + 1)
-        elif self._phase in (Phase.REASONING, Phase.PLAIN):
-            self._observe(s)
-        elif self._phase is Phase.ANSWER and reasoning and token not in reasoning.line_break_ids:
-            self._answer_has_text = True
+        else:
+            self._observe(s, token)
 
-    def _observe(self, s: int) -> None:
-        if self._policy is None or self.lock is not None:
-            return
-        lock = self._policy.observe(s, self.entropy[s])
-        if lock is not None and s + 1 >= self.spec.min_tokens:
-            self.lock = lock
+    def _observe(self, s: int, token: int) -> None:
+        obs = Observation(s, token, self.entropy[s], self.varentropy[s])
+        loop = self._loop.observe(obs) if self._loop is not None else None
+        if self._phase is Phase.ANSWER:
+            if reasoning := self.spec.reasoning:
+                self._answer_has_text |= token not in reasoning.line_break_ids
+        elif self._policy is not None:
+            lock = self._policy.observe(obs)
+            self._candidate = lock if lock is not None and s + 1 >= self.spec.min_tokens else None
+            if self.lock is None:
+                self.lock = self._candidate
+        if loop is not None and s + 1 >= self.spec.min_tokens:
+            self._loop_lock = loop
 
-    def _decide(self, t: int, last: int | None, top_id: int | None) -> Action:
-        reasoning = self.spec.reasoning
+    def _may_cut(self) -> bool:
+        """No early exit under structured output or inside an open bracket."""
+        return not self.spec.structured and self._depth == 0
+
+    def _decide(self, t: int, output_ids: list[int], top_id: int | None) -> Action:
         if self._phase is Phase.REASONING:
-            assert reasoning is not None
-            marker = [*reasoning.end_ids, *reasoning.answer_prefix_ids]
-            at_line_start = last is None or last in reasoning.line_break_ids
-            if self.lock is not None and at_line_start:
-                closing_anyway = top_id == reasoning.end_ids[0] or top_id in self.spec.eos_ids
-                self._close(t, Exit.MODEL if closing_anyway else Exit.GRAVITY, marker)
-            elif t >= reasoning.max_reasoning_tokens:
-                self._close(t, Exit.BUDGET, marker if at_line_start else [*reasoning.newline_ids, *marker])
-            else:
-                return Action(ban=self.spec.eos_ids, merge_into=reasoning.end_ids[0])
+            self._decide_reasoning(t, output_ids, top_id)
         if self._phase is Phase.CLOSING:
             return Action(force=self._pending[0])
+        answer_may_stop = self._phase is Phase.PLAIN or (self._phase is Phase.ANSWER and self._answer_has_text)
+        if answer_may_stop and self._loop_lock is not None and self._may_cut():
+            self.stopped = self.lock = self._loop_lock
+            self._phase = Phase.STOPPED
+        if self._phase is Phase.STOPPED:
+            return Action(force=self.spec.eos_ids[0])
         if self._phase is Phase.ANSWER and not self._answer_has_text:
             return Action(ban=self.spec.eos_ids)  # an answer is never empty
+        if self._phase is Phase.REASONING:
+            assert self.spec.reasoning is not None
+            return Action(ban=self.spec.eos_ids, merge_into=self.spec.reasoning.end_ids[0])
         return NO_ACTION
+
+    def _decide_reasoning(self, t: int, output_ids: list[int], top_id: int | None) -> None:
+        reasoning = self.spec.reasoning
+        assert reasoning is not None
+        marker = [*reasoning.end_ids, *reasoning.answer_prefix_ids]
+        at_line_start = not output_ids or output_ids[-1] in reasoning.line_break_ids
+        mid_line = [] if at_line_start else list(reasoning.newline_ids)
+        if self._loop_lock is not None and self._may_cut():
+            self.lock = self._loop_lock
+            self._close(t, Exit.LOOP, [*mid_line, *marker])
+        elif (exit_lock := self._exit_lock()) is not None and at_line_start and self._may_cut():
+            self.lock = exit_lock
+            closing_anyway = top_id == reasoning.end_ids[0] or top_id in self.spec.eos_ids
+            self._close(t, Exit.MODEL if closing_anyway else Exit.GRAVITY, marker)
+        elif t >= reasoning.max_reasoning_tokens:
+            self._close(t, Exit.BUDGET, [*mid_line, *marker])
+        elif self._wants_probe(t) and self._may_cut():
+            self.probes.start(t)
+            self.prober([*output_ids, *mid_line, *marker])
+
+    def _exit_lock(self) -> Lock | None:
+        """The lock that may end reasoning now: the policy's own, or one the probes confirmed."""
+        return self._confirmed_lock if self.probes is not None else self._candidate
+
+    def _wants_probe(self, t: int) -> bool:
+        probes = self.probes
+        if probes is None or self.prober is None or t < max(1, self.spec.min_tokens) or not probes.may_start(t):
+            return False
+        interval = probes.spec.interval
+        return self._candidate is not None or (interval is not None and t % interval == 0)
 
     def _close(self, t: int, how: Exit, pending: list[int]) -> None:
         self.exit, self.reasoning_tokens, self._pending = how, t, pending
         self._phase = Phase.CLOSING
+        if self.spec.loop is not None:  # the answer is watched for loops of its own, from scratch
+            self._loop, self._loop_lock = policy_from_spec(self.spec.loop), None
 
     def _begin_answer(self, t: int) -> None:
         self._phase, self.answer_start = Phase.ANSWER, t

@@ -51,6 +51,8 @@ def response_attributes(
         GRAVITY_PREFIX + "reasoning_tokens": gravity["reasoning_tokens"],
         GRAVITY_PREFIX + "answer_tokens": gravity["answer_tokens"],
         GRAVITY_PREFIX + "answer_complete": gravity["answer_complete"],
+        GRAVITY_PREFIX + "probes": gravity["probes"],
+        GRAVITY_PREFIX + "probe_tokens": gravity["probe_tokens"],
     }
     if gravity["reason"]:
         attrs[GRAVITY_PREFIX + "reason"] = gravity["reason"]

@@ -71,8 +71,9 @@ class SteeredRows:
             self._stats = TokenStats.empty(2 * len(rows), self._device)
         index = torch.tensor(rows, dtype=torch.int64).to(logits.device, non_blocking=True)
         stats = token_entropy(logits, rows=index, out=self._stats[: len(rows)])
-        for row, track, entropy, top_id in zip(rows, tracks, stats.entropy.tolist(), stats.top_id.tolist()):
-            apply_action(logits[row], track.steering.step(entropy, track.output_ids, top_id))
+        for row, track, entropy, varentropy, top_id in zip(rows, tracks, stats.entropy.tolist(),
+                                                           stats.varentropy.tolist(), stats.top_id.tolist()):
+            apply_action(logits[row], track.steering.step(entropy, track.output_ids, top_id, varentropy))
 
 
 def refuse_speculative_decoding(vllm_config) -> None:

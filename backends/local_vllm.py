@@ -41,6 +41,8 @@ class EngineSettings:
     max_logprobs: int = -1
     """Most log-probabilities a request may ask for. In-process nothing crosses a wire,
     so the whole vocabulary (-1) is allowed: it is how a caller checks the entropy trace."""
+    reasoning_markers: tuple[str, str] | None = None
+    """``(start, forced end)`` strings for vLLM's own ``thinking_token_budget``; None leaves it off."""
 
     def check_model_dir(self) -> None:
         """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
@@ -236,14 +238,42 @@ class _Run:
         self.params = SamplingParams(
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             stop=list(s.stop) or None, logprobs=s.logprobs, output_kind=RequestOutputKind.DELTA,
-            extra_args=extra,
+            extra_args=extra, thinking_token_budget=s.thinking_token_budget,
         )
         self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
+        self._probe_ids: list[str] = []
+        if self.steering is not None and self.steering.probes is not None:
+            self.steering.prober = self._probe
         if self.steering is not None:  # registered last: nothing above may leave it behind
             REGISTRY.put(self.steering)
         self.token_ids: list[int] = []
         self.text: list[str] = []
         self.done = False
+
+    def _probe(self, generated: list[int]) -> None:
+        """Start an answer probe as a side request (called on the engine thread by the steering)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        steering = self.steering
+        assert steering is not None and steering.probes is not None
+        probe_id = f"{self.request_id}-probe-{len(self._probe_ids)}"
+        # Only the answer's first line is compared: stopping there keeps a probe a few tokens long.
+        params = SamplingParams(max_tokens=steering.probes.spec.tokens, temperature=0.0, stop=["\n"],
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+
+        def answered(item: Any) -> None:
+            if isinstance(item, BaseException):
+                steering.probe_answered("", 0)
+            elif item.finished:
+                steering.probe_answered(item.outputs[0].text, len(item.outputs[0].token_ids))
+
+        self._probe_ids.append(probe_id)
+        try:
+            self.backend._loop.submit(probe_id, {"prompt_token_ids": [*self.request.prompt_ids, *generated]},
+                                      params, answered)
+        except EngineError:
+            steering.probe_answered("", 0)  # no confirmation: reasoning goes on
 
     def take(self, item: Any) -> list[StreamItem]:
         if isinstance(item, BaseException):
@@ -282,6 +312,8 @@ class _Run:
 
         if not self.done:
             loop.abort(self.request_id)
+        for probe_id in self._probe_ids:  # a probe still running has nobody left to answer
+            loop.abort(probe_id)
         if self.steering is not None:
             REGISTRY.pop(self.steering.spec.key)
 
@@ -342,6 +374,12 @@ def _start_engine(settings: EngineSettings) -> Any:
     else:
         from agent_gravity.backends._vllm_processor import GravityLogitsProcessor as processor
     dtype = settings.dtype if settings.dtype != "auto" or on_gpu else "float32"
+    reasoning = {}
+    if settings.reasoning_markers is not None:
+        from vllm.config import ReasoningConfig
+
+        start, end = settings.reasoning_markers
+        reasoning["reasoning_config"] = ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)
     return LLM(
         model=settings.model_dir,
         dtype=dtype,
@@ -350,6 +388,7 @@ def _start_engine(settings: EngineSettings) -> Any:
         seed=settings.seed,
         max_logprobs=settings.max_logprobs,
         logits_processors=[processor],
+        **reasoning,
     )
 
 

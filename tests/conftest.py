@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 # The Triton kernels are tested on the CPU in Triton's interpreter; it must be on before triton
 # decorates them. The engine does not notice: on the CPU it uses the torch reference.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# Calibrated profiles in the user's cache must not change what the tests see.
+os.environ["AGENT_GRAVITY_PROFILES"] = tempfile.mkdtemp(prefix="agent-gravity-profiles-")
 
 import pytest  # noqa: E402
 from opentelemetry import trace  # noqa: E402

@@ -71,7 +71,7 @@ def test_gravity_ends_converged_reasoning_early_and_the_answer_follows(chat):
     grav = chat.invoke(LOOPING)
     g, b = grav.response_metadata["gravity"], base.response_metadata["gravity"]
     assert g["terminated_early"] and g["reason"] == "gravity"
-    assert "window_mean locked" in g["detail"] and g["trigger"]["mean_entropy"] < g["trigger"]["threshold"]
+    assert "locked at token" in g["detail"] and g["trigger"] and g["lock_step"] >= 15
     assert grav.usage_metadata["output_tokens"] < base.usage_metadata["output_tokens"]
     assert g["reasoning_tokens"] < b["reasoning_tokens"]
     assert grav.content and g["answer_tokens"] > 0 and g["answer_complete"]

@@ -1,25 +1,32 @@
 import pytest
 from pydantic import ValidationError
 
-from agent_gravity import GravityConfig
+from agent_gravity import GravityConfig, ProbeConfig
 
 
-@pytest.mark.parametrize("window", [0, -3])
-def test_window_must_be_positive(window):
-    with pytest.raises(ValidationError, match="window must be a positive number of tokens"):
-        GravityConfig(window=window)
+@pytest.mark.parametrize("field", ["max_reasoning_tokens", "max_answer_tokens"])
+def test_budgets_must_be_positive(field):
+    with pytest.raises(ValidationError, match=f"{field} must be a positive number of tokens"):
+        GravityConfig(**{field: 0})
 
 
-@pytest.mark.parametrize("threshold", ["low", None, [1.0], True])
-def test_threshold_must_be_a_number(threshold):
-    with pytest.raises(ValidationError, match="threshold must be a number of nats"):
-        GravityConfig(threshold=threshold)
+@pytest.mark.parametrize(("policy", "message"), [
+    ({"name": "window_mean", "window": 0}, "policy: window must be >= 1"),
+    ({"name": "window_mean", "threshold": -1.0}, "threshold must be above 0"),
+    ({"name": "nope"}, "unknown gravity policy 'nope'"),
+    ({"name": "all_of", "policies": [{"name": "ewma", "alpha": 2}]}, "alpha must be in"),
+    ("window_mean", "valid dictionary"),
+])
+def test_a_bad_policy_spec_is_refused_with_what_to_fix(policy, message):
+    with pytest.raises(ValidationError, match=message):
+        GravityConfig(policy=policy)
 
 
-@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), 0, -1.0])
-def test_threshold_must_be_finite_and_positive(threshold):
-    with pytest.raises(ValidationError, match="threshold"):
-        GravityConfig(threshold=threshold)
+def test_a_bad_loop_or_probe_setting_is_refused():
+    with pytest.raises(ValidationError, match="loop: repeats must be >= 2"):
+        GravityConfig(loop={"name": "loop", "repeats": 1})
+    with pytest.raises(ValidationError, match="agree"):
+        GravityConfig(probe=ProbeConfig(agree=0))
 
 
 def test_unknown_field_is_refused():
@@ -27,10 +34,18 @@ def test_unknown_field_is_refused():
         GravityConfig(windw=5)
 
 
-def test_disabled_config_has_no_policy():
-    assert GravityConfig(enabled=False).policy_spec() is None
-    assert GravityConfig(window=7, threshold=0.3).policy_spec() == {
-        "name": "window_mean", "window": 7, "threshold": 0.3}
+def test_excluded_tasks_and_disabled_configs_never_fire():
+    config = GravityConfig()
+    assert config.active_for(None) and config.active_for("math")
+    assert not config.active_for("legal") and not config.active_for("creative_writing")
+    assert not GravityConfig(enabled=False).active_for(None)
+    assert GravityConfig(excluded_tasks={"math"}).active_for("legal") is True
+
+
+def test_default_configs_do_not_share_mutable_policy_specs():
+    first, second = GravityConfig(), GravityConfig()
+    first.policy["policies"].append({"name": "loop"})
+    assert len(second.policy["policies"]) == 2
 
 
 def test_a_config_where_gravity_could_never_fire_is_refused():

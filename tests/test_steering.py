@@ -5,23 +5,24 @@ import math
 import pytest
 import torch
 
+from agent_gravity._probe import ProbeSpec, answer_key
 from agent_gravity._steering import Action, Exit, ReasoningIds, Steering, SteeringSpec
 from agent_gravity.backends._logits import apply_action
 
 EOS, NL, END0, END1, PREFIX, SPACED_END0 = 2, 10, 100, 101, 102, 103
 
 
-def make_spec(policy=None, min_tokens=0, max_reasoning=50, reasoning=True) -> SteeringSpec:
+def make_spec(policy=None, min_tokens=0, max_reasoning=50, reasoning=True, **more) -> SteeringSpec:
     ids = ReasoningIds(end_ids=(END0, END1), end_start_ids=(END0, SPACED_END0), answer_prefix_ids=(PREFIX,),
                        line_break_ids=(NL,),
                        newline_ids=(NL,), max_reasoning_tokens=max_reasoning)
     return SteeringSpec(key="k", eos_ids=(EOS,), policy=policy, min_tokens=min_tokens,
-                        reasoning=ids if reasoning else None)
+                        reasoning=ids if reasoning else None, **more)
 
 
-def drive(steering: Steering, script: list[tuple[float, int]]) -> list[int]:
-    """Play the model: at each step it wants ``token`` at ``entropy``; forced tokens win."""
-    out: list[int] = []
+def drive(steering: Steering, script: list[tuple[float, int]], out: list[int] | None = None) -> list[int]:
+    """Play the model: at each step it wants ``token`` at ``entropy``; forced tokens win. Extends ``out``."""
+    out = [] if out is None else out
     for entropy, wanted in script:
         action = steering.step(entropy, out)
         out.append(action.force if action.force is not None else wanted)
@@ -57,8 +58,8 @@ def test_gravity_closes_reasoning_at_the_next_line_start_after_the_lock():
     steering = Steering(make_spec(policy=policy))
     script = [(0.1, 5), (0.1, 6), (0.1, 7), (0.1, NL)] + [(0.1, 9)] * 6
     out = drive(steering, script)
-    assert steering.lock is not None and steering.lock.step == 1
-    # locked after token 1, but the line ends only at token 3: the marker starts at token 4
+    # locked from token 1 on, but the line ends only at token 3: the lock there closes reasoning at token 4
+    assert steering.lock is not None and steering.lock.step == 3
     assert out[:7] == [5, 6, 7, NL, END0, END1, PREFIX]
     assert steering.exit is Exit.GRAVITY and steering.terminated_early
     assert steering.reasoning_tokens == 4 and steering.answer_start == 7
@@ -140,3 +141,107 @@ def test_apply_action_forces_bans_and_moves_mass():
     assert math.isinf(merged[3].item())
     assert merged[0].exp().item() == pytest.approx(0.5)
     assert merged.exp().sum().item() == pytest.approx(1.0)
+
+
+LOOP = {"name": "loop", "repeats": 3, "max_period": 8, "min_span": 6, "threshold": 0.5}
+LOW = {"name": "window_mean", "window": 2, "threshold": 0.5}
+
+
+def test_a_loop_in_reasoning_closes_it_mid_line_with_reason_loop():
+    steering = Steering(make_spec(loop=LOOP))
+    out = drive(steering, [(2.0, 40), (2.0, 41)] + [(0.1, 5 + i % 2) for i in range(20)])
+    assert steering.exit is Exit.LOOP and steering.reason == "loop" and steering.terminated_early
+    n = steering.reasoning_tokens
+    assert out[n:n + 4] == [NL, END0, END1, PREFIX] and steering.lock.reason == "loop"
+
+
+def test_a_loop_in_the_answer_stops_the_output_but_never_before_the_answer_has_text():
+    steering = Steering(make_spec(loop=LOOP))
+    out = drive(steering, [(2.0, END0), (1.0, 0), (1.0, 0)] + [(0.1, 7 + i % 2) for i in range(20)])
+    assert steering.exit is Exit.MODEL and steering.stopped is not None and steering.reason == "loop"
+    stop = out.index(EOS)
+    assert 3 + 6 <= stop < 3 + 12 and out[3:stop] == [7 + i % 2 for i in range(stop - 3)]
+
+
+def test_nothing_is_cut_inside_an_open_bracket_or_under_structured_output():
+    brackets = ((60, 1), (61, -1))
+    inside = [(0.1, 60)] + [(0.1, NL)] * 10 + [(0.1, 61), (0.1, NL), (0.1, NL)]
+    steering = Steering(make_spec(policy=LOW, brackets=brackets))
+    out = drive(steering, inside)
+    assert steering.exit is Exit.GRAVITY and steering.reasoning_tokens == out.index(61) + 2
+    structured = Steering(make_spec(policy=LOW, loop=LOOP, structured=True, max_reasoning=20))
+    drive(structured, [(0.1, NL)] * 30)
+    assert structured.exit is Exit.BUDGET and not structured.terminated_early
+
+
+class FakeProber:
+    """Records probes; the test answers them the way the engine would, later."""
+
+    def __init__(self):
+        self.asked: list[list[int]] = []
+
+    def __call__(self, ids):
+        self.asked.append(list(ids))
+
+
+def probing(probe=ProbeSpec(agree=2, gap=3), policy=LOW, **more):
+    steering = Steering(make_spec(policy=policy, probe=probe, **more))
+    steering.prober = FakeProber()
+    return steering
+
+
+def test_a_lock_starts_a_probe_on_the_reasoning_so_far_and_the_main_stream_goes_on():
+    steering = probing()
+    out = drive(steering, [(0.1, 5), (0.1, 6), (0.1, NL), (0.1, 7)])
+    assert steering.prober.asked == [[5, 6, NL, END0, END1, PREFIX]]
+    assert out == [5, 6, NL, 7] and steering.exit is None  # unconfirmed: nothing forced
+    assert steering.probes.in_flight
+
+
+def test_agreeing_probes_confirm_the_exit_and_disagreeing_ones_do_not():
+    steering = probing()
+    out = drive(steering, [(0.1, NL)] * 3)
+    steering.probe_answered(" 42.\nmore", 3)
+    drive(steering, [(0.1, NL)] * 3, out)
+    assert len(steering.prober.asked) == 2 and steering.exit is None
+    steering.probe_answered("41", 2)  # disagrees: no exit
+    drive(steering, [(0.1, NL)] * 3, out)
+    assert steering.exit is None and len(steering.prober.asked) == 3
+    steering.probe_answered("41!", 2)
+    drive(steering, [(0.1, NL)] * 4, out)
+    assert steering.exit is Exit.GRAVITY and steering.lock.policy == "probe(window_mean)"
+    assert steering.lock.values["probes"] == 3 and steering.probes.tokens == 7
+
+
+def test_hesitant_probe_answers_never_count_as_agreement():
+    assert answer_key("Wait, maybe 42") == "" and answer_key("  Thursday.\n") == "thursday"
+    steering = probing()
+    out = drive(steering, [(0.1, NL)] * 3)
+    steering.probe_answered("hmm", 1)
+    drive(steering, [(0.1, NL)] * 3, out)
+    steering.probe_answered("hmm", 1)
+    drive(steering, [(0.1, NL)] * 3, out)
+    assert len(steering.prober.asked) == 3
+    assert steering.exit is None
+
+
+def test_without_a_prober_a_probe_confirmed_policy_never_exits_early():
+    steering = Steering(make_spec(policy=LOW, probe=ProbeSpec(), max_reasoning=30))
+    drive(steering, [(0.1, NL)] * 40)
+    assert steering.exit is Exit.BUDGET and steering.probes.records == []
+
+
+def test_interval_probing_ignores_entropy_and_respects_min_tokens():
+    steering = probing(probe=ProbeSpec(agree=2, gap=1, interval=4), policy=None, min_tokens=6)
+    drive(steering, [(3.0, 5)] * 9)
+    assert [len(ids) for ids in steering.prober.asked] == [8 + 4]  # at token 8, mid-line: newline first
+    assert steering.prober.asked[0][8] == NL
+
+
+def test_interval_probes_add_to_lock_probes():
+    steering = probing(probe=ProbeSpec(agree=2, gap=1, interval=4), policy=LOW)
+    out = drive(steering, [(3.0, 5)] * 5)
+    assert [len(ids) for ids in steering.prober.asked] == [4 + 4], "on schedule at token 4, entropy still high"
+    steering.probe_answered("7", 1)
+    drive(steering, [(0.1, NL)] * 3, out)
+    assert [len(ids) for ids in steering.prober.asked] == [8, 7 + 3], "then on the lock at token 7, off schedule"

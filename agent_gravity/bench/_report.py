@@ -25,19 +25,22 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
 
 
 @contextmanager
-def figure(path: Path, title: str, ylabel: str, size: tuple[float, float]) -> Iterator[Any]:
-    """Yield the axes of a new figure; on exit add the legend and write it as a PNG at ``path``."""
+def figure(path: Path, title: str, ylabel: str, size: tuple[float, float], ncols: int = 1) -> Iterator[Any]:
+    """Yield the axes of a new figure (a list when ``ncols`` > 1); on exit add legends and write a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size)
+    fig, axes = plt.subplots(1, ncols, figsize=size, squeeze=False)
+    panels = list(axes[0])
     try:
-        yield ax
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
+        yield panels[0] if ncols == 1 else panels
+        fig.suptitle(title)
+        for ax in panels:
+            if ylabel:
+                ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)

@@ -1,9 +1,24 @@
-"""The gravity policy extension point: watch the entropy stream, say when it has locked in."""
+"""The gravity policy extension point: watch the signal stream, say when it has locked in."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
+
+Reason = Literal["gravity", "loop"]
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One generated token and the distribution it was sampled from."""
+
+    step: int
+    """Index of the token among the generated ones."""
+    token: int
+    entropy: float
+    """Entropy of the distribution (nats); NaN for a step the engine never showed."""
+    varentropy: float = float("nan")
+    """Variance of the surprisal under the distribution (nats squared)."""
 
 
 @dataclass(frozen=True)
@@ -13,6 +28,8 @@ class Lock:
     step: int
     policy: str
     values: dict[str, float] = field(default_factory=dict)
+    reason: Reason = "gravity"
+    """``gravity``: the reasoning has converged; ``loop``: the output repeats itself."""
 
     def describe(self) -> str:
         """Return one human sentence saying why the policy fired."""
@@ -22,10 +39,20 @@ class Lock:
 
 @runtime_checkable
 class GravityPolicy(Protocol):
-    """Stateful detector fed one confirmed reasoning-token entropy at a time."""
+    """Stateful detector fed one generated token at a time.
+
+    A policy reports a level, not an edge: it returns a Lock on every step where the
+    condition holds, so a caller that needs a second opinion can ask again later.
+    """
 
     name: ClassVar[str]
 
-    def observe(self, step: int, entropy: float) -> Lock | None:
-        """Take the entropy (nats) of generated token ``step``; return a Lock once locked in."""
+    def observe(self, obs: Observation) -> Lock | None:
+        """Take one token's observation; return a Lock while the stream is locked in."""
         ...
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise ValueError with ``message`` unless ``condition``: policy parameters fail early and clearly."""
+    if not condition:
+        raise ValueError(message)

@@ -1,4 +1,4 @@
-"""Windowed-mean policy: the mean entropy of the last ``window`` tokens stays under ``threshold``."""
+"""Windowed mean with hysteresis: the mean entropy of the last ``window`` tokens stays low."""
 
 from __future__ import annotations
 
@@ -7,38 +7,52 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from agent_gravity.policies.base import Lock
+from agent_gravity.policies.base import Lock, Observation, check
 
 
 @dataclass
 class WindowMeanPolicy:
-    """Fire when the rolling mean entropy over ``window`` tokens drops below ``threshold`` nats."""
+    """Lock once the rolling mean stays under ``threshold`` for ``patience`` tokens; unlock above ``release``.
+
+    The patience keeps one short low stretch (a formula, a copied number) from firing;
+    the release level (default ``1.5 * threshold``) keeps a lock from flickering.
+    """
 
     name: ClassVar[str] = "window_mean"
     window: int = 10
     threshold: float = 1.0
+    patience: int = 1
+    release: float | None = None
     _recent: deque[float] = field(init=False, repr=False)
     _total: float = field(init=False, default=0.0, repr=False)
+    _below: int = field(init=False, default=0, repr=False)
+    _locked: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.window < 1:
-            raise ValueError(f"window must be >= 1, got {self.window}")
+        check(self.window >= 1, f"window must be >= 1, got {self.window}")
+        check(self.threshold > 0, f"threshold must be above 0 nats, got {self.threshold}")
+        check(self.patience >= 1, f"patience must be >= 1, got {self.patience}")
+        if self.release is None:
+            self.release = 1.5 * self.threshold
+        check(self.release >= self.threshold, f"release ({self.release}) must be >= threshold ({self.threshold})")
         self._recent = deque(maxlen=self.window)
 
-    def observe(self, step: int, entropy: float) -> Lock | None:
-        if not math.isfinite(entropy):  # a step the engine never showed us: no evidence either way
+    def observe(self, obs: Observation) -> Lock | None:
+        if not math.isfinite(obs.entropy):  # a step the engine never showed us: no evidence either way
             return None
         if len(self._recent) == self.window:
             self._total -= self._recent[0]
-        self._recent.append(entropy)
-        self._total += entropy
+        self._recent.append(obs.entropy)
+        self._total += obs.entropy
         if len(self._recent) < self.window:
             return None
         mean = self._total / self.window
-        if not mean < self.threshold:
+        self._below = self._below + 1 if mean < self.threshold else 0
+        if self._locked:
+            self._locked = mean <= self.release
+        else:
+            self._locked = self._below >= self.patience
+        if not self._locked:
             return None
-        return Lock(
-            step=step,
-            policy=self.name,
-            values={"mean_entropy": mean, "threshold": self.threshold, "window": float(self.window)},
-        )
+        return Lock(obs.step, self.name, {"mean_entropy": mean, "threshold": self.threshold,
+                                          "window": float(self.window), "patience": float(self.patience)})

@@ -1,0 +1,249 @@
+"""``agent-gravity bench savings``: tokens saved against answers kept, every method on the same engine.
+
+Each method answers the same items through ChatGravity on one engine, one after another, at the same
+concurrency. The full run (no early exit) is the reference for answer preservation; the task set's
+ground truth gives accuracy. Probe tokens count as spent tokens. Every figure carries a 95% interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+from agent_gravity._chat_model import ChatGravity
+from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
+from agent_gravity.backends.base import Backend, GenerationRequest, StreamItem
+from agent_gravity.bench import _stats
+from agent_gravity.bench._report import figure, write_json
+from agent_gravity.bench.tasks import Task, agrees, is_correct
+
+FULL = "full"
+DEFAULT = "default"
+VLLM_BUDGET = "vllm_budget"
+BASELINES = (FULL, VLLM_BUDGET, "dynasor")
+
+
+def _only(policy: dict[str, Any] | None, probe: ProbeConfig | None = None,
+          loop: dict[str, Any] | None = None) -> GravityConfig:
+    return GravityConfig(policy=policy, probe=probe, loop=loop)
+
+
+def method_configs(default: GravityConfig) -> dict[str, GravityConfig]:
+    """Every method the benchmark can run, by name; ``vllm_budget`` runs with gravity off under vLLM's cap."""
+    return {
+        FULL: GravityConfig(enabled=False),
+        "window_mean": _only({"name": "window_mean", "window": 8, "threshold": 0.6, "patience": 2}),
+        "ewma": _only({"name": "ewma"}),
+        "cusum": _only({"name": "cusum"}),
+        "loop": _only(None, loop={"name": "loop"}),
+        "probe": _only({"name": "window_mean", "window": 8, "threshold": 0.6, "patience": 2}, ProbeConfig()),
+        DEFAULT: default,
+        VLLM_BUDGET: GravityConfig(enabled=False),
+        # Dynasor-CoT: probe every 32 tokens, exit when the last 3 probe answers agree.
+        "dynasor": _only(None, ProbeConfig(interval=32, agree=3, gap=32, max_probes=8)),
+    }
+
+
+class ThinkingBudgetBackend:
+    """A backend whose every request carries vLLM's fixed ``thinking_token_budget``."""
+
+    def __init__(self, inner: Backend, budget: int) -> None:
+        self._inner, self.budget = inner, budget
+        self.provider, self.model_name, self.max_context = inner.provider, inner.model_name, inner.max_context
+        self.eos_ids, self.token_texts = inner.eos_ids, inner.token_texts
+        self.render, self.encode, self.decode = inner.render, inner.encode, inner.decode
+
+    def _capped(self, request: GenerationRequest) -> GenerationRequest:
+        sampling = dataclasses.replace(request.sampling, thinking_token_budget=self.budget)
+        return dataclasses.replace(request, sampling=sampling)
+
+    def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
+        return self._inner.stream(self._capped(request))
+
+    def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
+        return self._inner.astream(self._capped(request))
+
+
+def engine_markers(fmt: ReasoningFormat = ReasoningFormat()) -> tuple[str, str]:
+    """vLLM's reasoning strings for the scaffold: it counts after the start and forces the end plus answer prefix."""
+    return fmt.start.strip(), fmt.end + fmt.answer_prefix
+
+
+@dataclass
+class ItemResult:
+    id: str
+    kind: str
+    answer: str
+    reasoning_tokens: int
+    output_tokens: int
+    probe_tokens: int
+    probes: int
+    seconds: float
+    reason: str | None
+    terminated_early: bool
+    correct: bool
+
+    @property
+    def spent(self) -> int:
+        """Every generated token the answer cost, probes included."""
+        return self.output_tokens + self.probe_tokens
+
+
+async def _answer(model: ChatGravity, task: Task, config: GravityConfig, gate: asyncio.Semaphore) -> ItemResult:
+    async with gate:
+        start = time.perf_counter()
+        message = await model.ainvoke([HumanMessage(task.question)], gravity=config)
+        seconds = time.perf_counter() - start
+    g = message.response_metadata["gravity"]
+    return ItemResult(task.id, task.kind, message.content, g["reasoning_tokens"],
+                      message.usage_metadata["output_tokens"], g["probe_tokens"], g["probes"], seconds,
+                      g["reason"], g["terminated_early"], is_correct(task, message.content))
+
+
+def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig,
+               concurrency: int) -> tuple[list[ItemResult], float]:
+    """Answer every task with ``config``; return the per-item results and the wall time of the whole set."""
+    async def run() -> list[ItemResult]:
+        gate = asyncio.Semaphore(concurrency)
+        return list(await asyncio.gather(*(_answer(model, t, config, gate) for t in tasks)))
+
+    start = time.perf_counter()
+    results = asyncio.run(run())
+    return results, time.perf_counter() - start
+
+
+def summarize(tasks: Sequence[Task], full: list[ItemResult], results: list[ItemResult],
+              wall: float) -> dict[str, Any]:
+    """Per-method figures with 95% intervals, preservation measured against the full run."""
+    graded = [i for i, t in enumerate(tasks) if t.answer is not None]
+    free = [i for i, t in enumerate(tasks) if t.answer is None]
+    kept = [agrees(t, f.answer, r.answer) for t, f, r in zip(tasks, full, results)]
+    return {
+        "reasoning_tokens": _stats.mean_ci([r.reasoning_tokens for r in results]),
+        "spent_tokens": _stats.mean_ci([r.spent for r in results]),
+        "reasoning_saved": _stats.saving_ci([f.reasoning_tokens for f in full], [r.reasoning_tokens for r in results]),
+        "spent_saved": _stats.saving_ci([f.spent for f in full], [r.spent for r in results]),
+        "accuracy": _stats.wilson(sum(results[i].correct for i in graded), len(graded)),
+        "accuracy_change": _stats.difference_ci([float(full[i].correct) for i in graded],
+                                                [float(results[i].correct) for i in graded]),
+        "preservation": _stats.wilson(sum(kept), len(kept)),
+        "free_text_preservation": _stats.wilson(sum(kept[i] for i in free), len(free)),
+        "seconds_per_item": _stats.mean_ci([r.seconds for r in results]),
+        "probes_per_item": _stats.mean_ci([r.probes for r in results]),
+        "probes_total": sum(r.probes for r in results),
+        "early_exits": sum(r.terminated_early for r in results),
+        "reasons": dict(Counter(r.reason or "none" for r in results)),
+        "wall_seconds": wall,
+    }
+
+
+def goal(methods: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's bar for the composed default, checked on the measured figures."""
+    d = methods.get(DEFAULT)
+    if d is None or FULL not in methods:
+        return {"checked": False, "why": "needs the full and default methods in one run"}
+    dominated_by = [name for name in BASELINES if name in methods and name != FULL
+                    and methods[name]["spent_tokens"]["value"] < d["spent_tokens"]["value"]
+                    and methods[name]["accuracy"]["value"] > d["accuracy"]["value"]]
+    checks = {
+        "reasoning_saved_at_least_40pct": d["reasoning_saved"]["value"] >= 0.40,
+        "preservation_at_least_95pct": d["preservation"]["value"] >= 0.95,
+        "accuracy_loss_at_most_1pt": d["accuracy_change"]["value"] >= -0.01,
+        "no_baseline_better_on_tokens_and_accuracy": not dominated_by,
+    }
+    return {"checked": True, **checks, "met": all(checks.values()), "dominated_by": dominated_by}
+
+
+def run(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurrency: int,
+        budget_backend: Callable[[int], Backend], on_method: Callable[[str, dict], None] = lambda n, s: None,
+        default: GravityConfig | None = None) -> dict[str, Any]:
+    """Run the methods in order (full first, vllm_budget after default) and report them side by side."""
+    configs = method_configs(default or GravityConfig())
+    unknown = set(names) - set(configs)
+    if unknown:
+        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {sorted(configs)}")
+    order = [FULL, *[n for n in configs if n in names and n not in (FULL, VLLM_BUDGET)]]
+    if VLLM_BUDGET in names:
+        if DEFAULT not in names:
+            raise ValueError("vllm_budget is set to the default run's mean reasoning length: add 'default'")
+        order.append(VLLM_BUDGET)
+    _warm(model, tasks, concurrency)
+    report: dict[str, Any] = {"model": model.get_backend().model_name, "items": len(tasks),
+                              "free_text_items": sum(t.answer is None for t in tasks),
+                              "concurrency": concurrency, "methods": {}, "per_item": {}, "configs": {}}
+    results: dict[str, list[ItemResult]] = {}
+    for name in order:
+        runner, config = model, configs[name]
+        if name == VLLM_BUDGET:
+            budget = max(1, round(report["methods"][DEFAULT]["reasoning_tokens"]["value"]))
+            runner = ChatGravity(backend=budget_backend(budget), gravity=model.gravity)
+            report["vllm_thinking_token_budget"] = budget
+        results[name], wall = run_method(runner, tasks, config, concurrency)
+        report["methods"][name] = summarize(tasks, results[FULL], results[name], wall)
+        report["per_item"][name] = [dataclasses.asdict(r) for r in results[name]]
+        report["configs"][name] = config.model_dump(mode="json")
+        on_method(name, report["methods"][name])
+    report["goal"] = goal(report["methods"])
+    return report
+
+
+def _warm(model: ChatGravity, tasks: Sequence[Task], concurrency: int) -> None:
+    """Fill the prefix cache with every prompt first, so no method pays for prefill the others skip."""
+    config = GravityConfig(enabled=False, max_reasoning_tokens=1, max_answer_tokens=1, min_tokens=0)
+    run_method(model, tasks, config, concurrency)
+
+
+def _ci(figure_: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
+    if math.isnan(figure_["value"]):
+        return "-"
+    v, lo, hi = (figure_[k] * scale for k in ("value", "lo", "hi"))
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def table(report: dict[str, Any]) -> str:
+    """One row per method: tokens, savings, accuracy, preservation and probes, each with its 95% interval."""
+    head = (f"{'method':<12} {'reasoning tok':>22} {'saved %':>22} {'spent tok':>22} {'accuracy %':>20} "
+            f"{'preserved %':>22} {'s/item':>18} {'probes':>7}")
+    lines = [head, "-" * len(head)]
+    for name, m in report["methods"].items():
+        lines.append(f"{name:<12} {_ci(m['reasoning_tokens']):>22} {_ci(m['reasoning_saved'], 100):>22} "
+                     f"{_ci(m['spent_tokens']):>22} {_ci(m['accuracy'], 100):>20} {_ci(m['preservation'], 100):>22} "
+                     f"{_ci(m['seconds_per_item'], 1, 2):>18} {m['probes_total']:>7}")
+    g = report["goal"]
+    if g.get("checked"):
+        verdicts = ", ".join(f"{k}: {'yes' if g[k] else 'NO'}" for k in g if k not in ("checked", "met", "dominated_by"))
+        lines.append(f"goal for '{DEFAULT}': {'met' if g['met'] else 'not met'} ({verdicts})")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Spent tokens against accuracy and against preservation, one point with error bars per method."""
+    title = f"savings: {report['model']}, {report['items']} items"
+    with figure(path, title, "", (11, 4.2), ncols=2) as axes:
+        for ax, key, label in ((axes[0], "accuracy", "accuracy (%)"), (axes[1], "preservation",
+                                                                       "answers kept vs full run (%)")):
+            for name, m in report["methods"].items():
+                x, y = m["spent_tokens"], m[key]
+                ax.errorbar(x["value"], 100 * y["value"], xerr=[[x["value"] - x["lo"]], [x["hi"] - x["value"]]],
+                            yerr=[[100 * (y["value"] - y["lo"])], [100 * (y["hi"] - y["value"])]],
+                            fmt="s" if name in BASELINES else "o", capsize=3, label=name)
+            ax.set_xlabel("generated tokens per item, probes included")
+            ax.set_ylabel(label)
+    return path
+
+
+def main(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurrency: int,
+         budget_backend: Callable[[int], Backend], out_dir: Path, on_method) -> dict[str, Any]:
+    report = run(model, tasks, names, concurrency, budget_backend, on_method)
+    write_json(out_dir / "savings.json", report)
+    plot(report, out_dir / "savings.png")
+    return report
