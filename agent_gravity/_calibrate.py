@@ -33,17 +33,24 @@ def scaled(spec: dict[str, Any], factor: float) -> dict[str, Any]:
 
 
 def candidates(base: GravityConfig, factors: Sequence[float] = FACTORS) -> dict[str, GravityConfig]:
-    """The base configuration with its policy thresholds scaled by each factor."""
+    """The base configuration with its policy thresholds scaled by each factor; ValueError on a bad factor."""
+    bad = [f for f in factors if not f > 0]
+    if bad or not factors:
+        raise ValueError(f"threshold factors must be positive numbers, got {list(factors)}")
     policy = base.policy or {"name": "window_mean"}
-    return {f"x{f:g}": base.model_copy(update={"policy": scaled(policy, f)}) for f in factors}
+    dumped = base.model_dump()
+    return {f"x{f:g}": GravityConfig.model_validate({**dumped, "policy": scaled(policy, f)}) for f in factors}
 
 
 def choose(measured: dict[str, dict[str, Any]], target: float) -> tuple[str, bool]:
     """The candidate saving the most reasoning tokens at preservation >= target; else the best preserver."""
-    ok = [n for n, m in measured.items() if m["preservation"]["value"] >= target]
+    def value(name: str, key: str) -> float:
+        return measured[name][key]["value"]
+
+    ok = [n for n in measured if value(n, "preservation") >= target]
     if ok:
-        return max(ok, key=lambda n: (measured[n]["reasoning_saved"]["value"], measured[n]["preservation"]["value"])), True
-    return max(measured, key=lambda n: (measured[n]["preservation"]["value"], -measured[n]["reasoning_tokens"]["value"])), False
+        return max(ok, key=lambda n: (value(n, "reasoning_saved"), value(n, "preservation"))), True
+    return max(measured, key=lambda n: (value(n, "preservation"), -value(n, "reasoning_tokens"))), False
 
 
 def calibrate(model: ChatGravity, tasks: Sequence[Task], target: float, concurrency: int,
@@ -52,7 +59,7 @@ def calibrate(model: ChatGravity, tasks: Sequence[Task], target: float, concurre
     """Measure every candidate against the full run and return the profile of the chosen one."""
     if not 0 < target <= 1:
         raise ValueError(f"target must be a preservation rate in (0, 1], got {target}")
-    configs = candidates(GravityConfig(), factors)
+    configs = candidates(GravityConfig(), factors)  # validated before the long full run starts
     full, _ = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
     measured = {}
     for name, config in configs.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from opentelemetry.trace import Span
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_gravity import _model_store
 from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
@@ -46,6 +46,7 @@ class _Call:
     request: GenerationRequest
     fmt: ReasoningFormat | None
     params: dict[str, Any]
+    config: GravityConfig
     task: str | None = None
 
 
@@ -130,14 +131,23 @@ class ChatGravity(BaseChatModel):
     _backend: Backend | None = PrivateAttr(default=None)
     _profile: str | None = PrivateAttr(default=None)
 
-    def model_post_init(self, context: Any, /) -> None:
+    @model_validator(mode="after")
+    def _load_gravity_profile(self) -> ChatGravity:
         """Without an explicit ``gravity``, use the model's calibrated profile when there is one."""
-        if "gravity" in self.model_fields_set:
-            return
-        name = _model_store.DEFAULT_MODEL.name if self.model is None else Path(self.model).expanduser().name
-        profile = load_profile(name)
-        if profile is not None:
-            self.gravity, self._profile = profile.gravity, str(profile_path(name))
+        if "gravity" not in self.model_fields_set:
+            name = self.profile_key()
+            profile = load_profile(name)
+            if profile is not None:
+                self.gravity, self._profile = profile.gravity, str(profile_path(name))
+        return self
+
+    def profile_key(self) -> str:
+        """The model name profiles are saved and found under (the backend's ``model_name``)."""
+        if self.backend is not None:
+            return self.backend.model_name
+        if self.model is None:
+            return _model_store.DEFAULT_MODEL.name
+        return Path(self.model).expanduser().resolve().name
 
     @property
     def _llm_type(self) -> str:
@@ -177,7 +187,8 @@ class ChatGravity(BaseChatModel):
             chat, prefill = scaffold(chat, fmt)
             ids = reasoning_ids(backend, fmt, config)
         prompt = backend.render(chat, prefill)
-        budget = config.max_answer_tokens + (config.max_reasoning_tokens + len(ids.newline_ids + ids.end_ids + ids.answer_prefix_ids) if ids else 0)
+        marker = len(ids.newline_ids + ids.end_ids + ids.answer_prefix_ids) if ids else 0
+        budget = config.max_answer_tokens + (config.max_reasoning_tokens + marker if ids else 0)
         if len(prompt) + budget > backend.max_context:
             raise ContextLengthError(
                 f"the prompt has {len(prompt)} tokens and generation may add {budget} "
@@ -189,7 +200,7 @@ class ChatGravity(BaseChatModel):
                                     seed=opts["seed"], stop=tuple(stop or ()))
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
-        return _Call(backend, GenerationRequest(prompt, sampling, spec), fmt, params, opts["task"])
+        return _Call(backend, GenerationRequest(prompt, sampling, spec), fmt, params, config, opts["task"])
 
     @staticmethod
     def _format(backend: Backend, config: GravityConfig) -> ReasoningFormat | None:
@@ -200,7 +211,8 @@ class ChatGravity(BaseChatModel):
 
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
         usage = usage_metadata(result)
-        gravity = {**gravity_metadata(result), "profile": self._profile, "task": call.task}
+        profile = self._profile if call.config is self.gravity else None
+        gravity = {**gravity_metadata(result), "profile": profile, "task": call.task}
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
         return {

@@ -85,10 +85,13 @@ def _bench_kernels(args: argparse.Namespace) -> int:
 _SAVINGS_METHODS = ("full", "window_mean", "ewma", "cusum", "loop", "probe", "default", "vllm_budget", "dynasor")
 
 
-def _tasks(seed: int, items: int | None, free_text: int | None):
+def _tasks(seed: int, items: int | None, free_text: int | None) -> list:
+    """The benchmark's shipped items (seed 0), or another seed's without any question the benchmark asks."""
     from agent_gravity.bench.tasks import generate_tasks, load_tasks
 
-    tasks = load_tasks() if seed == 0 else generate_tasks(seed)
+    shipped = load_tasks()
+    asked = {t.question for t in shipped}
+    tasks = shipped if seed == 0 else [t for t in generate_tasks(seed) if t.question not in asked]
     graded = [t for t in tasks if t.answer is not None]
     free = [t for t in tasks if t.answer is None]
     return graded[:items] + free[:free_text]

@@ -29,10 +29,11 @@ NATIVE_THINK = ReasoningFormat(start="<think>\n", end="</think>", answer_prefix=
 
 
 DEFAULT_POLICY: dict[str, Any] = {"name": "all_of", "within": 4, "policies": [
-    {"name": "window_mean", "window": 8, "threshold": 0.6, "patience": 2},
-    {"name": "ewma", "alpha": 0.15, "threshold": 0.7, "varentropy_threshold": 1.5},
+    {"name": "window_mean", "window": 8, "threshold": 1.2, "patience": 2},
+    {"name": "ewma", "alpha": 0.15, "threshold": 1.4, "varentropy_threshold": 3.0},
 ]}
-"""Until ``agent-gravity bench savings`` says otherwise: a windowed-mean lock confirmed by EWMA."""
+"""A windowed-mean lock confirmed by EWMA of entropy and varentropy. With the default probes it is the
+configuration ``agent-gravity bench savings`` and ``calibrate`` found best on the embedded model."""
 
 RISKY_TASKS = frozenset({"creative_writing", "legal", "medical", "multi_hop"})
 
@@ -44,13 +45,13 @@ class ProbeConfig(BaseModel):
 
     agree: int = Field(2, ge=1)
     """Consecutive probe answers that must agree."""
-    tokens: int = Field(12, ge=1)
-    """Tokens each probe may write."""
-    gap: int = Field(16, ge=1)
+    tokens: int = Field(10, ge=1)
+    """Tokens each probe may write; it stops at the end of the answer's first line."""
+    gap: int = Field(8, ge=1)
     """Reasoning tokens between two probes."""
     max_probes: int = Field(6, ge=1)
-    interval: int | None = Field(None, ge=1)
-    """Also probe every ``interval`` tokens whatever the policy says (the Dynasor-CoT schedule); None: on locks only."""
+    interval: int | None = Field(32, ge=1)
+    """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: locks only."""
 
     def spec(self) -> ProbeSpec:
         """The engine-side form."""
@@ -104,6 +105,14 @@ class GravityConfig(BaseModel):
                 policy_from_spec(value)
             except ValueError as exc:
                 raise ValueError(f"{info.field_name}: {exc}") from exc
+        return value
+
+    @field_validator("loop")
+    @classmethod
+    def _loop_spec(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and value.get("name") != "loop":
+            raise ValueError(f"loop takes a loop policy spec such as {{'name': 'loop', 'repeats': 3}}, got {value!r}; "
+                             "other policies belong in `policy`")
         return value
 
     @model_validator(mode="after")

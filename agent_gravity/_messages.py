@@ -89,7 +89,7 @@ def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
     steering = result.steering
     reasoning_tokens, answer_tokens = _split_counts(result)
     answer_started = steering is None or steering.spec.reasoning is None or steering.answer_start is not None
-    lock = steering.lock if steering else None
+    lock = (steering.stopped or steering.lock) if steering else None
     early = bool(steering and steering.terminated_early)
     probes = steering.probes if steering else None
     finite = [e for e in result.entropy if math.isfinite(e)]

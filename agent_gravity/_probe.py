@@ -1,4 +1,4 @@
-"""Probe-confirmed exit: a short side-branch answer, asked only when a policy says "locked".
+"""Probe-confirmed exit: a short side-branch answer, asked when a policy says "locked" (or on a schedule).
 
 The engine runs a probe as its own greedy request on the prompt, the reasoning so far and
 the end-of-reasoning marker, so the prefix cache serves almost all of it and the main
@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agent_gravity.policies import Lock
+
 HESITATION = re.compile(r"\b(wait|hmm|maybe|perhaps|not sure|unsure|let me|however)\b|\?")
 """Words that say a probe answer is not settled, as in Dynasor-CoT's certainty check."""
 
@@ -21,9 +23,9 @@ class ProbeSpec:
 
     agree: int = 2
     """Consecutive probe answers that must agree before the exit."""
-    tokens: int = 12
+    tokens: int = 10
     """Tokens each probe may write."""
-    gap: int = 16
+    gap: int = 8
     """Reasoning tokens between the starts of two probes."""
     max_probes: int = 6
     interval: int | None = None
@@ -53,6 +55,8 @@ class ProbeRecord:
     """One probe: where it started, what it answered."""
 
     step: int
+    trigger: Lock | None = None
+    """The policy lock that asked for this probe; None for a scheduled one."""
     answer: str | None = None
     tokens: int = 0
 
@@ -78,8 +82,8 @@ class ProbeState:
             return False
         return not self.records or step - self.records[-1].step >= self.spec.gap
 
-    def start(self, step: int) -> None:
-        self.records.append(ProbeRecord(step))
+    def start(self, step: int, trigger: Lock | None) -> None:
+        self.records.append(ProbeRecord(step, trigger))
 
     def answered(self, text: str, tokens: int) -> bool:
         """Record the in-flight probe's answer; True when the last ``agree`` answers now agree."""

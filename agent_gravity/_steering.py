@@ -1,14 +1,16 @@
 """Action: the per-request state machine that ends converged reasoning inside the engine.
 
 A backend's logits hook calls :meth:`Steering.step` once per decode step with the exact
-entropy of the distribution about to be sampled. The state machine records the trace,
-feeds confirmed reasoning tokens to the gravity policy, and answers with what to do to
-this step's logits: force the next token of the end-of-reasoning text, ban end of
-sequence, or move end-of-sequence mass onto the end-of-reasoning token.
+entropy (and varentropy) of the distribution about to be sampled. The state machine records
+the trace, feeds confirmed tokens to the gravity and loop policies, starts answer probes
+through the backend when a lock needs confirming, and answers with what to do to this step's
+logits: force the next token of the end-of-reasoning text, force end of sequence after a loop,
+ban end of sequence, or move end-of-sequence mass onto the end-of-reasoning token.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -18,6 +20,7 @@ from agent_gravity._probe import Prober, ProbeSpec, ProbeState
 from agent_gravity.policies import GravityPolicy, Lock, Observation, policy_from_spec
 
 EXTRA_ARGS_KEY = "agent_gravity"
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,8 @@ class SteeringSpec:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: {exc!r}") from exc
         if spec.reasoning is not None and not (
-            spec.reasoning.end_ids and spec.reasoning.newline_ids and spec.reasoning.end_ids[0] in spec.reasoning.end_start_ids
+            spec.reasoning.end_ids and spec.reasoning.newline_ids
+            and spec.reasoning.end_ids[0] in spec.reasoning.end_start_ids
         ):
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: reasoning.end_ids and newline_ids must be set, "
                              "and end_start_ids must hold end_ids[0]")
@@ -151,7 +155,7 @@ class Steering:
     """A loop lock that ended the output after the reasoning (or in plain generation)."""
     reasoning_tokens: int | None = None
     answer_start: int | None = None
-    probes: ProbeState | None = None
+    probes: ProbeState | None = field(init=False, default=None)
     _policy: GravityPolicy | None = field(init=False, default=None)
     _loop: GravityPolicy | None = field(init=False, default=None)
     _candidate: Lock | None = field(init=False, default=None)
@@ -201,7 +205,7 @@ class Steering:
             return
         if self.probes.answered(text, tokens) and self._phase is Phase.REASONING:
             first = self.probes.records[-self.probes.spec.agree]
-            trigger = self._candidate
+            trigger = first.trigger
             values = {**(trigger.values if trigger else {}), "probes": float(len(self.probes.records)),
                       "agreeing": float(self.probes.spec.agree)}
             name = f"probe({trigger.policy})" if trigger else "probe"
@@ -230,21 +234,28 @@ class Steering:
 
     def _observe(self, s: int, token: int) -> None:
         obs = Observation(s, token, self.entropy[s], self.varentropy[s])
+        early = s + 1 < self.spec.min_tokens
         loop = self._loop.observe(obs) if self._loop is not None else None
+        lock = None
         if self._phase is Phase.ANSWER:
             if reasoning := self.spec.reasoning:
                 self._answer_has_text |= token not in reasoning.line_break_ids
         elif self._policy is not None:
             lock = self._policy.observe(obs)
-            self._candidate = lock if lock is not None and s + 1 >= self.spec.min_tokens else None
-            if self.lock is None:
-                self.lock = self._candidate
-        if loop is not None and s + 1 >= self.spec.min_tokens:
-            self._loop_lock = loop
+            if lock is not None and lock.reason == "loop":  # a composed policy that saw a loop
+                loop, lock = loop or lock, None
+        # Locks are levels: each token's verdict replaces the last, so a lock that has passed acts no more.
+        self._candidate = None if early else lock
+        self._loop_lock = None if early else loop
+        if self.lock is None and self._phase is not Phase.ANSWER:
+            self.lock = self._candidate
 
     def _may_cut(self) -> bool:
-        """No early exit under structured output or inside an open bracket."""
-        return not self.spec.structured and self._depth == 0
+        """No early exit under structured output, nor inside an open bracket of the output the caller parses.
+
+        Reasoning is never parsed, so a bracket left open there (``[0, 1)``) blocks nothing.
+        """
+        return not self.spec.structured and (self._phase is Phase.REASONING or self._depth == 0)
 
     def _decide(self, t: int, output_ids: list[int], top_id: int | None) -> Action:
         if self._phase is Phase.REASONING:
@@ -253,8 +264,7 @@ class Steering:
             return Action(force=self._pending[0])
         answer_may_stop = self._phase is Phase.PLAIN or (self._phase is Phase.ANSWER and self._answer_has_text)
         if answer_may_stop and self._loop_lock is not None and self._may_cut():
-            self.stopped = self.lock = self._loop_lock
-            self._phase = Phase.STOPPED
+            self.stopped, self._phase = self._loop_lock, Phase.STOPPED
         if self._phase is Phase.STOPPED:
             return Action(force=self.spec.eos_ids[0])
         if self._phase is Phase.ANSWER and not self._answer_has_text:
@@ -280,8 +290,16 @@ class Steering:
         elif t >= reasoning.max_reasoning_tokens:
             self._close(t, Exit.BUDGET, [*mid_line, *marker])
         elif self._wants_probe(t) and self._may_cut():
-            self.probes.start(t)
-            self.prober([*output_ids, *mid_line, *marker])
+            self._start_probe(t, [*output_ids, *mid_line, *marker])
+
+    def _start_probe(self, t: int, ids: list[int]) -> None:
+        assert self.probes is not None and self.prober is not None
+        self.probes.start(t, self._candidate)
+        try:
+            self.prober(ids)
+        except Exception:  # noqa: BLE001 - this runs inside the engine's step: a probe that cannot start confirms nothing
+            _log.warning("an answer probe could not start; reasoning goes on", exc_info=True)
+            self.probes.answered("", 0)
 
     def _exit_lock(self) -> Lock | None:
         """The lock that may end reasoning now: the policy's own, or one the probes confirmed."""
@@ -289,14 +307,16 @@ class Steering:
 
     def _wants_probe(self, t: int) -> bool:
         probes = self.probes
-        if probes is None or self.prober is None or t < max(1, self.spec.min_tokens) or not probes.may_start(t):
+        if probes is None or self.prober is None or self._confirmed_lock is not None:
+            return False
+        if t < max(1, self.spec.min_tokens) or not probes.may_start(t):
             return False
         interval = probes.spec.interval
         return self._candidate is not None or (interval is not None and t % interval == 0)
 
     def _close(self, t: int, how: Exit, pending: list[int]) -> None:
         self.exit, self.reasoning_tokens, self._pending = how, t, pending
-        self._phase = Phase.CLOSING
+        self._phase, self._depth = Phase.CLOSING, 0
         if self.spec.loop is not None:  # the answer is watched for loops of its own, from scratch
             self._loop, self._loop_lock = policy_from_spec(self.spec.loop), None
 

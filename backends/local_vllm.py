@@ -242,6 +242,7 @@ class _Run:
         )
         self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
         self._probe_ids: list[str] = []
+        self._finished = False
         if self.steering is not None and self.steering.probes is not None:
             self.steering.prober = self._probe
         if self.steering is not None:  # registered last: nothing above may leave it behind
@@ -268,12 +269,11 @@ class _Run:
             elif item.finished:
                 steering.probe_answered(item.outputs[0].text, len(item.outputs[0].token_ids))
 
+        if self._finished:
+            raise EngineError("the request has finished; no probe is needed")
         self._probe_ids.append(probe_id)
-        try:
-            self.backend._loop.submit(probe_id, {"prompt_token_ids": [*self.request.prompt_ids, *generated]},
-                                      params, answered)
-        except EngineError:
-            steering.probe_answered("", 0)  # no confirmation: reasoning goes on
+        self.backend._loop.submit(probe_id, {"prompt_token_ids": [*self.request.prompt_ids, *generated]},
+                                  params, answered)
 
     def take(self, item: Any) -> list[StreamItem]:
         if isinstance(item, BaseException):
@@ -310,6 +310,7 @@ class _Run:
     def finish(self, loop: _EngineLoop) -> None:
         from agent_gravity.backends._steered_rows import REGISTRY
 
+        self._finished = True  # read on the engine thread: no probe starts after this
         if not self.done:
             loop.abort(self.request_id)
         for probe_id in self._probe_ids:  # a probe still running has nobody left to answer

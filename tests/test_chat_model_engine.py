@@ -177,7 +177,7 @@ def test_a_stream_stopped_early_is_not_an_error_and_the_engine_goes_on(chat, spa
 
 
 def test_chat_models_on_the_same_model_share_one_engine(chat):
-    other = ChatGravity(gravity=GravityConfig(window=5, threshold=0.3))
+    other = ChatGravity(gravity=GravityConfig(min_tokens=5))
     assert other.get_backend() is chat.get_backend()
 
 

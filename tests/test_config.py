@@ -2,6 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent_gravity import GravityConfig, ProbeConfig
+from agent_gravity._calibrate import candidates
 
 
 @pytest.mark.parametrize("field", ["max_reasoning_tokens", "max_answer_tokens"])
@@ -27,6 +28,8 @@ def test_a_bad_loop_or_probe_setting_is_refused():
         GravityConfig(loop={"name": "loop", "repeats": 1})
     with pytest.raises(ValidationError, match="agree"):
         GravityConfig(probe=ProbeConfig(agree=0))
+    with pytest.raises(ValueError, match="threshold factors must be positive"):
+        candidates(GravityConfig(), (1.0, 0.0))
 
 
 def test_unknown_field_is_refused():
@@ -42,10 +45,14 @@ def test_excluded_tasks_and_disabled_configs_never_fire():
     assert GravityConfig(excluded_tasks={"math"}).active_for("legal") is True
 
 
-def test_default_configs_do_not_share_mutable_policy_specs():
+def test_default_configs_do_not_share_policy_specs():
     first, second = GravityConfig(), GravityConfig()
-    first.policy["policies"].append({"name": "loop"})
-    assert len(second.policy["policies"]) == 2
+    assert first.policy == second.policy and first.policy is not second.policy
+
+
+def test_the_loop_slot_takes_only_a_loop_policy():
+    with pytest.raises(ValidationError, match="loop takes a loop policy spec"):
+        GravityConfig(loop={"name": "window_mean"})
 
 
 def test_a_config_where_gravity_could_never_fire_is_refused():

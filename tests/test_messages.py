@@ -30,3 +30,27 @@ def test_unknown_role_is_a_clear_error():
 def test_non_text_content_is_refused_not_dropped():
     with pytest.raises(ValueError, match="'image_url' are not supported"):
         to_chat_dicts([HumanMessage(content=[{"type": "image_url", "image_url": {"url": "x"}}])])
+
+
+def _result(steering, tokens, finish="stop"):
+    from agent_gravity.backends.base import GenerationResult
+
+    return GenerationResult("r", tokens, "text", finish, 5, entropy=list(steering.entropy[:len(tokens)]),
+                            steering=steering)
+
+
+def test_gravity_metadata_reports_probes_and_a_stopped_loop():
+    from agent_gravity._messages import gravity_metadata
+    from agent_gravity._steering import Steering, SteeringSpec
+
+    loop = {"name": "loop", "repeats": 3, "max_period": 4, "min_span": 6, "threshold": 0.5}
+    steering = Steering(SteeringSpec(key="k", eos_ids=(2,), loop=loop))
+    out: list[int] = []
+    for i in range(20):
+        action = steering.step(0.1, out)
+        out.append(action.force if action.force is not None else 7 + i % 2)
+    g = gravity_metadata(_result(steering, out))
+    assert g["enabled"] and g["terminated_early"] and g["reason"] == "loop"
+    assert g["detail"].startswith("loop locked at token") and g["trigger"]["period"] == 2
+    assert not g["answer_complete"], "a cut loop is not a finished answer"
+    assert g["probes"] == 0 and g["probe_tokens"] == 0

@@ -165,13 +165,13 @@ def test_a_loop_in_the_answer_stops_the_output_but_never_before_the_answer_has_t
 
 def test_nothing_is_cut_inside_an_open_bracket_or_under_structured_output():
     brackets = ((60, 1), (61, -1))
-    inside = [(0.1, 60)] + [(0.1, NL)] * 10 + [(0.1, 61), (0.1, NL), (0.1, NL)]
-    steering = Steering(make_spec(policy=LOW, brackets=brackets))
+    inside = [(0.1, 60)] + [(0.1, 7 + i % 2) for i in range(20)] + [(0.1, 61)] + [(0.1, 7 + i % 2) for i in range(12)]
+    steering = Steering(make_spec(loop=LOOP, reasoning=False, brackets=brackets))
     out = drive(steering, inside)
-    assert steering.exit is Exit.GRAVITY and steering.reasoning_tokens == out.index(61) + 2
+    assert out.index(61) == 21 and 21 < out.index(EOS) <= 21 + 7, "a loop is cut only outside its bracket"
     structured = Steering(make_spec(policy=LOW, loop=LOOP, structured=True, max_reasoning=20))
-    drive(structured, [(0.1, NL)] * 30)
-    assert structured.exit is Exit.BUDGET and not structured.terminated_early
+    out = drive(structured, [(0.1, NL)] * 24 + [(0.1, 7 + i % 2) for i in range(20)])
+    assert structured.exit is Exit.BUDGET and not structured.terminated_early and EOS not in out
 
 
 class FakeProber:
@@ -245,3 +245,70 @@ def test_interval_probes_add_to_lock_probes():
     steering.probe_answered("7", 1)
     drive(steering, [(0.1, NL)] * 3, out)
     assert [len(ids) for ids in steering.prober.asked] == [8, 7 + 3], "then on the lock at token 7, off schedule"
+
+
+def test_no_probe_starts_once_the_exit_is_confirmed():
+    steering = probing(probe=ProbeSpec(agree=1, gap=1))
+    out = drive(steering, [(0.1, 5)] * 3)
+    steering.probe_answered("8", 1)
+    drive(steering, [(0.1, 5)] * 4 + [(0.1, NL), (0.1, 5)], out)
+    assert len(steering.prober.asked) == 1 and steering.exit is Exit.GRAVITY
+
+
+def test_plain_generation_stops_a_loop_with_end_of_sequence():
+    steering = Steering(make_spec(loop=LOOP, reasoning=False))
+    out = drive(steering, [(2.0, 40)] + [(0.1, 7 + i % 3) for i in range(30)])
+    stop = out.index(EOS)
+    assert steering.stopped is not None and steering.reason == "loop" and steering.exit is None
+    assert out[stop + 1:] == [EOS] * (len(out) - stop - 1), "once stopped, only end of sequence"
+    assert 1 + 6 <= stop <= 1 + 9
+
+
+def test_a_loop_that_has_passed_acts_no_more():
+    steering = Steering(make_spec(loop=LOOP, reasoning=False, brackets=((60, 1), (61, -1))))
+    script = [(0.1, 60)] + [(0.1, 7 + i % 2) for i in range(12)] + [(2.0, 30 + i) for i in range(10)] + [(2.0, 61)]
+    out = drive(steering, script + [(2.0, 40 + i) for i in range(10)])
+    assert EOS not in out and steering.stopped is None, "the loop inside the bracket ended long before it closed"
+
+
+def test_an_open_bracket_in_the_reasoning_does_not_block_gravity_and_is_forgotten_after_it():
+    steering = Steering(make_spec(policy=LOW, loop=LOOP, brackets=((60, 1),)))
+    out = drive(steering, [(0.1, 60)] + [(0.1, NL)] * 4 + [(1.0, 0)] * 3 + [(0.1, 7 + i % 2) for i in range(20)])
+    assert steering.exit is Exit.GRAVITY and steering.reasoning_tokens == 2
+    assert steering.stopped is not None and EOS in out, "the answer's loop is still cut"
+
+
+def test_a_loop_seen_by_the_gravity_policy_exits_as_a_loop():
+    policy = {"name": "any_of", "policies": [{"name": "window_mean", "threshold": 0.01}, LOOP]}
+    steering = Steering(make_spec(policy=policy))
+    drive(steering, [(0.1, 7 + i % 2) for i in range(20)])
+    assert steering.exit is Exit.LOOP and steering.reason == "loop"
+
+
+def test_a_probe_is_credited_to_the_lock_that_asked_for_it_and_a_failing_prober_confirms_nothing():
+    steering = probing()
+    out = drive(steering, [(0.1, NL)] * 3)
+    steering.probe_answered("8", 1)
+    drive(steering, [(0.1, NL)] * 3, out)
+    first_trigger = steering.probes.records[0].trigger
+    assert first_trigger is not None and first_trigger.step == 1
+    steering.probe_answered("8", 1)
+    drive(steering, [(0.1, NL)], out)
+    assert steering.lock.step == 2 and steering.lock.values["window"] == 2
+
+    def broken(ids):
+        raise RuntimeError("engine gone")
+
+    failing = probing()
+    failing.prober = broken
+    drive(failing, [(0.1, NL)] * 12)
+    assert failing.exit is None and len(failing.probes.records) >= 2
+    assert all(r.answer == "" for r in failing.probes.records)
+
+
+def test_a_probe_answered_after_reasoning_closed_changes_nothing():
+    steering = probing()
+    out = drive(steering, [(0.1, NL)] * 3 + [(0.1, END0)])
+    steering.probe_answered("8", 1)
+    drive(steering, [(0.1, 0)] * 3, out)
+    assert steering.exit is Exit.MODEL and steering.probes.records[-1].answer == "8"

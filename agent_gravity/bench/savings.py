@@ -41,11 +41,12 @@ def method_configs(default: GravityConfig) -> dict[str, GravityConfig]:
     """Every method the benchmark can run, by name; ``vllm_budget`` runs with gravity off under vLLM's cap."""
     return {
         FULL: GravityConfig(enabled=False),
-        "window_mean": _only({"name": "window_mean", "window": 8, "threshold": 0.6, "patience": 2}),
+        # Each policy alone, at its own defaults (window_mean's are the concept write-up's 10 tokens, 1 nat).
+        "window_mean": _only({"name": "window_mean"}),
         "ewma": _only({"name": "ewma"}),
         "cusum": _only({"name": "cusum"}),
         "loop": _only(None, loop={"name": "loop"}),
-        "probe": _only({"name": "window_mean", "window": 8, "threshold": 0.6, "patience": 2}, ProbeConfig()),
+        "probe": _only({"name": "window_mean"}, ProbeConfig()),
         DEFAULT: default,
         VLLM_BUDGET: GravityConfig(enabled=False),
         # Dynasor-CoT: probe every 32 tokens, exit when the last 3 probe answers agree.
@@ -58,9 +59,9 @@ class ThinkingBudgetBackend:
 
     def __init__(self, inner: Backend, budget: int) -> None:
         self._inner, self.budget = inner, budget
-        self.provider, self.model_name, self.max_context = inner.provider, inner.model_name, inner.max_context
-        self.eos_ids, self.token_texts = inner.eos_ids, inner.token_texts
-        self.render, self.encode, self.decode = inner.render, inner.encode, inner.decode
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)  # everything but the two stream methods is the inner backend's
 
     def _capped(self, request: GenerationRequest) -> GenerationRequest:
         sampling = dataclasses.replace(request.sampling, thinking_token_budget=self.budget)
@@ -73,8 +74,9 @@ class ThinkingBudgetBackend:
         return self._inner.astream(self._capped(request))
 
 
-def engine_markers(fmt: ReasoningFormat = ReasoningFormat()) -> tuple[str, str]:
+def engine_markers(fmt: ReasoningFormat | None = None) -> tuple[str, str]:
     """vLLM's reasoning strings for the scaffold: it counts after the start and forces the end plus answer prefix."""
+    fmt = fmt or ReasoningFormat()
     return fmt.start.strip(), fmt.end + fmt.answer_prefix
 
 
@@ -220,7 +222,8 @@ def table(report: dict[str, Any]) -> str:
                      f"{_ci(m['seconds_per_item'], 1, 2):>18} {m['probes_total']:>7}")
     g = report["goal"]
     if g.get("checked"):
-        verdicts = ", ".join(f"{k}: {'yes' if g[k] else 'NO'}" for k in g if k not in ("checked", "met", "dominated_by"))
+        verdicts = ", ".join(f"{k}: {'yes' if g[k] else 'NO'}" for k in g
+                             if k not in ("checked", "met", "dominated_by"))
         lines.append(f"goal for '{DEFAULT}': {'met' if g['met'] else 'not met'} ({verdicts})")
     return "\n".join(lines)
 

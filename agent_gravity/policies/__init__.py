@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agent_gravity.policies.base import GravityPolicy, Lock, Observation
-from agent_gravity.policies.composed import AllOfPolicy, AnyOfPolicy
+from agent_gravity.policies.all_of import AllOfPolicy
+from agent_gravity.policies.any_of import AnyOfPolicy
 from agent_gravity.policies.cusum import CusumPolicy
 from agent_gravity.policies.ewma import EwmaPolicy
 from agent_gravity.policies.loop import LoopPolicy

@@ -14,7 +14,8 @@ class EwmaPolicy:
     """Lock while the EWMA of entropy is under ``threshold`` and that of varentropy under ``varentropy_threshold``.
 
     Varentropy separates a confident model (one clear choice) from one torn between two
-    equally likely words, which entropy alone can confuse.
+    equally likely words, which entropy alone can confuse. A backend that reports no
+    varentropy (NaN) is judged on entropy alone, and the lock's values say so.
     """
 
     name: ClassVar[str] = "ewma"
@@ -33,17 +34,19 @@ class EwmaPolicy:
         check(self.warmup >= 1, f"warmup must be >= 1, got {self.warmup}")
 
     def observe(self, obs: Observation) -> Lock | None:
-        if not (math.isfinite(obs.entropy) and math.isfinite(obs.varentropy)):
+        if not math.isfinite(obs.entropy):
             return None
         self._entropy = _ewma(self._entropy, obs.entropy, self.alpha)
-        self._varentropy = _ewma(self._varentropy, obs.varentropy, self.alpha)
+        if math.isfinite(obs.varentropy):
+            self._varentropy = _ewma(self._varentropy, obs.varentropy, self.alpha)
         self._seen += 1
-        if self._seen < self.warmup or not (self._entropy < self.threshold
-                                             and self._varentropy < self.varentropy_threshold):
+        torn = math.isfinite(self._varentropy) and not self._varentropy < self.varentropy_threshold
+        if self._seen < self.warmup or not self._entropy < self.threshold or torn:
             return None
-        return Lock(obs.step, self.name, {"ewma_entropy": self._entropy, "threshold": self.threshold,
-                                          "ewma_varentropy": self._varentropy,
-                                          "varentropy_threshold": self.varentropy_threshold})
+        values = {"ewma_entropy": self._entropy, "threshold": self.threshold}
+        if math.isfinite(self._varentropy):
+            values |= {"ewma_varentropy": self._varentropy, "varentropy_threshold": self.varentropy_threshold}
+        return Lock(obs.step, self.name, values)
 
 
 def _ewma(previous: float, value: float, alpha: float) -> float:

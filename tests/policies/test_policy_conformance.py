@@ -70,3 +70,15 @@ def test_bad_parameters_are_a_clear_error(name):
 def test_unknown_policy_name_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown gravity policy 'nope'"):
         policy_from_spec({"name": "nope"})
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_lock_names_the_step_it_was_given(name):
+    locks = feed(policy_from_spec({"name": name}), uncertain(30) + locked_in(100))
+    assert all(lock.step == step for step, lock in enumerate(locks) if lock is not None)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_backend_without_varentropy_still_gets_a_verdict(name):
+    stream = [(tok, h, float("nan")) for tok, h, _ in uncertain(30) + locked_in(170)]
+    assert any(feed(policy_from_spec({"name": name}), stream))
