@@ -25,7 +25,7 @@ def test_demo_json_shows_gravity_saving_tokens_with_answers_kept(chat, capsys):
         assert set(run) == {"question", "mode", "answer", "tokens", "reasoning_tokens", "terminated_early",
                             "reason", "wall_s", "entropy"}
         assert len(run["entropy"]) == run["tokens"] and run["wall_s"] > 0
-        assert run["reason"] in ("gravity", "model_ended", "reasoning_budget")
+        assert run["reason"] in ("gravity", "loop", "model_ended", "reasoning_budget")
     pairs = list(zip(runs[::2], runs[1::2]))
     assert all(b["question"] == g["question"] for b, g in pairs)
     assert all(g["answer"] for _, g in pairs)
@@ -36,6 +36,12 @@ def test_quickstart_example_runs(chat, capsys):
     runpy.run_path(str(EXAMPLES / "quickstart.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "gravity on : answer=" in out and "gravity off: answer=" in out
+
+
+def test_policies_example_runs_every_configuration(chat, capsys):
+    runpy.run_path(str(EXAMPLES / "policies.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert out.count("answer=") == 3 and "periodic probes only" in out and "why: " in out
 
 
 def test_table_puts_baseline_and_gravity_side_by_side():

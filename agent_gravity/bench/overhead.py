@@ -1,10 +1,12 @@
 """``agent-gravity bench overhead``: decode throughput with the gravity processor working, against the
 same engine with it idle, measured alternately in one run.
 
-Both arms run the same greedy prompts on the same engine. The gravity arm's requests carry gravity
-settings, so the processor computes every token's statistics and steps every request's policy; the
-baseline's carry none, so the processor returns at once. Plain generation is used, in which gravity
-only observes, so both arms produce the very same tokens and their throughputs compare directly.
+Both arms run the same greedy prompts on the same engine. The gravity arm's requests carry the
+default configuration's gravity and loop policies, so the processor computes every token's statistics
+and steps every request's policies; the baseline's carry none, so the processor returns at once. The
+gravity arm is marked structured, so its policies observe but never cut: both arms produce the very
+same tokens and their throughputs compare directly. (Probes are separate requests, measured by
+``bench savings`` instead.)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent_gravity._config import GravityConfig
 from agent_gravity._steering import SteeringSpec
 from agent_gravity.backends.base import Backend, GenerationRequest, SamplingSettings, drain
 from agent_gravity.bench._report import figure, spread, write_json
@@ -47,8 +50,9 @@ def _requests(backend: Backend, batch: int, tokens: int, gravity: bool) -> list[
     out = []
     for i in range(batch):
         prompt = backend.render([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}])
-        spec = SteeringSpec(key=uuid.uuid4().hex, eos_ids=tuple(backend.eos_ids),
-                            policy={"name": "window_mean", "window": 10, "threshold": 0.5}) if gravity else None
+        config = GravityConfig()
+        spec = SteeringSpec(key=uuid.uuid4().hex, eos_ids=tuple(backend.eos_ids), policy=config.policy,
+                            loop=config.loop, structured=True) if gravity else None
         out.append(GenerationRequest(prompt, SamplingSettings(max_tokens=tokens), spec))
     return out
 

@@ -166,10 +166,10 @@ def goal(methods: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurrency: int,
-        budget_backend: Callable[[int], Backend], on_method: Callable[[str, dict], None] = lambda n, s: None,
-        default: GravityConfig | None = None) -> dict[str, Any]:
+        budget_backend: Callable[[int], Backend],
+        on_method: Callable[[str, dict], None] = lambda n, s: None) -> dict[str, Any]:
     """Run the methods in order (full first, vllm_budget after default) and report them side by side."""
-    configs = method_configs(default or GravityConfig())
+    configs = method_configs(GravityConfig())
     unknown = set(names) - set(configs)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {sorted(configs)}")
@@ -245,7 +245,9 @@ def plot(report: dict[str, Any], path: Path) -> Path:
 
 
 def main(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurrency: int,
-         budget_backend: Callable[[int], Backend], out_dir: Path, on_method) -> dict[str, Any]:
+         budget_backend: Callable[[int], Backend], out_dir: Path,
+         on_method: Callable[[str, dict], None]) -> dict[str, Any]:
+    """Run the benchmark and write ``savings.json`` and ``savings.png`` under ``out_dir``."""
     report = run(model, tasks, names, concurrency, budget_backend, on_method)
     write_json(out_dir / "savings.json", report)
     plot(report, out_dir / "savings.png")

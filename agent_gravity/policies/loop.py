@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,16 +43,15 @@ class LoopPolicy:
         self._tokens.append(obs.token)
         self._entropy.append(obs.entropy if math.isfinite(obs.entropy) else math.inf)
         n = len(self._tokens)
-        for period in range(1, min(self.max_period, n - 1) + 1):
+        found = None
+        for period in range(1, min(self.max_period, n - 1) + 1):  # every counter must move, so no early return
             same = self._tokens[-1] == self._tokens[-1 - period]
             self._runs[period] = self._runs[period] + 1 if same else 0
-        for period in range(1, min(self.max_period, n - 1) + 1):
             span = period + self._runs[period]  # the first copy plus every token that repeated it
-            if self._runs[period] >= period * (self.repeats - 1) and span >= self.min_span:
-                tail = list(self._entropy)[-min(span, n):]
-                mean = sum(tail) / len(tail)
+            if found is None and self._runs[period] >= period * (self.repeats - 1) and span >= self.min_span:
+                mean = sum(itertools.islice(reversed(self._entropy), min(span, n))) / min(span, n)
                 if mean < self.threshold:
-                    return Lock(obs.step, self.name, {"period": float(period), "span": float(span),
-                                                      "mean_entropy": mean, "threshold": self.threshold},
-                                reason="loop")
-        return None
+                    found = Lock(obs.step, self.name, {"period": float(period), "span": float(span),
+                                                       "mean_entropy": mean, "threshold": self.threshold},
+                                 reason="loop")
+        return found
