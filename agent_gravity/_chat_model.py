@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from opentelemetry.trace import Span
@@ -35,7 +35,7 @@ from agent_gravity.backends.base import (
     drain,
 )
 
-_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task")
+_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model")
 
 
 @dataclass
@@ -124,6 +124,18 @@ class ChatGravity(BaseChatModel):
     seed: int | None = None
     task: str | None = None
     """The kind of work (e.g. ``legal``); kinds in ``gravity.excluded_tasks`` never end early."""
+    max_tokens: int | None = Field(None, ge=1)
+    """Cap on every generated token, reasoning and answer together; None: the GravityConfig budgets.
+    An answer cut by it has ``answer_complete`` false."""
+    stop: list[str] | None = None
+    """Stop sequences for every call, added to those a call passes."""
+    timeout: float | None = Field(None, gt=0)
+    """Seconds a call may take; past it the request is aborted and EngineTimeoutError raised."""
+    max_retries: int = Field(0, ge=0)
+    """LangChain's standard parameter. The local engine has no transient failures worth retrying
+    (a failed engine is stopped, not flaky), so it is accepted and has no effect there."""
+    streaming: bool = False
+    """``invoke`` streams under the hood (LangChain's convention); the result is the same message."""
     max_model_len: int = Field(4096, ge=16)
     backend: Any = Field(default=None, exclude=True)
     """A ready Backend to use instead of starting the local vLLM engine."""
@@ -156,7 +168,8 @@ class ChatGravity(BaseChatModel):
     @property
     def _identifying_params(self) -> dict[str, Any]:
         return {"model": self.model or _model_store.DEFAULT_MODEL.name, "gravity": self.gravity.model_dump(),
-                "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed}
+                "temperature": self.temperature, "top_p": self.top_p, "seed": self.seed,
+                "max_tokens": self.max_tokens, "stop": self.stop}
 
     def get_backend(self) -> Backend:
         """The backend this model runs on, starting (or joining) the local vLLM engine on first use."""
@@ -166,6 +179,26 @@ class ChatGravity(BaseChatModel):
 
     def _start_local_backend(self) -> Backend:
         return local_backend(self.model, max_model_len=self.max_model_len)
+
+    def _backend_for(self, model: str | None) -> Backend:
+        """This model's backend, or the local engine of another model folder named per call."""
+        if model == self.model:
+            return self.get_backend()
+        if self.backend is not None:
+            raise InvalidCallOptionError(f"model={model!r} was passed per call, but this chat model runs on a "
+                                         "fixed backend that serves one model; create a ChatGravity for that model")
+        return local_backend(model, max_model_len=self.max_model_len)
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """Standard tracing parameters; a per-call ``model`` is reported as the model."""
+        params = LangSmithParams(ls_provider="agent_gravity", ls_model_type="chat",
+                                 ls_model_name=kwargs.get("model") or self.model or _model_store.DEFAULT_MODEL.name,
+                                 ls_temperature=kwargs.get("temperature", self.temperature))
+        if (max_tokens := kwargs.get("max_tokens", self.max_tokens)) is not None:
+            params["ls_max_tokens"] = max_tokens
+        if stop or self.stop:
+            params["ls_stop"] = [*(self.stop or ()), *(stop or ())]
+        return params
 
     # -- one call, sync and async share everything but the transport --------------------------
 
@@ -180,7 +213,7 @@ class ChatGravity(BaseChatModel):
             opts = {k: getattr(checked, k) for k in _OVERRIDES}
         config: GravityConfig = opts["gravity"]
         chat = to_chat_dicts(messages)
-        backend = self.get_backend()
+        backend = self._backend_for(opts["model"])
         fmt = self._format(backend, config)
         prefill, ids = "", None
         if fmt is not None:
@@ -189,18 +222,21 @@ class ChatGravity(BaseChatModel):
         prompt = backend.render(chat, prefill)
         marker = len(ids.newline_ids + ids.end_ids + ids.answer_prefix_ids) if ids else 0
         budget = config.max_answer_tokens + (config.max_reasoning_tokens + marker if ids else 0)
+        if opts["max_tokens"] is not None:
+            budget = min(budget, opts["max_tokens"])
         if len(prompt) + budget > backend.max_context:
             raise ContextLengthError(
                 f"the prompt has {len(prompt)} tokens and generation may add {budget} "
-                f"(max_reasoning_tokens + max_answer_tokens), but the context holds {backend.max_context}; "
+                f"(max_reasoning_tokens + max_answer_tokens, or max_tokens), but the context holds {backend.max_context}; "
                 "shorten the conversation, lower the budgets in GravityConfig, or raise max_model_len"
             )
         spec = steering_spec(backend, config, opts["task"], ids)
         sampling = SamplingSettings(max_tokens=budget, temperature=opts["temperature"], top_p=opts["top_p"],
-                                    seed=opts["seed"], stop=tuple(stop or ()))
+                                    seed=opts["seed"], stop=(*(self.stop or ()), *(stop or ())))
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
-        return _Call(backend, GenerationRequest(prompt, sampling, spec), fmt, params, config, opts["task"])
+        request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"])
+        return _Call(backend, request, fmt, params, config, opts["task"])
 
     @staticmethod
     def _format(backend: Backend, config: GravityConfig) -> ReasoningFormat | None:

@@ -32,5 +32,9 @@ class EngineError(GravityError, RuntimeError):
     """The engine failed while generating, or was closed."""
 
 
+class EngineTimeoutError(GravityError, TimeoutError):
+    """A call ran past its ``timeout``; the request was aborted and freed its slot."""
+
+
 class EngineMemoryError(GravityError, MemoryError):
     """A second engine would not fit in this process's memory."""

@@ -31,6 +31,8 @@ class GenerationRequest:
     prompt_ids: Sequence[int]
     sampling: SamplingSettings
     steering: SteeringSpec | None = None
+    timeout: float | None = None
+    """Seconds the whole generation may take; past it the request is aborted with EngineTimeoutError."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from agent_gravity._errors import EngineError, EngineMemoryError, ModelNotFoundError
+from agent_gravity._errors import EngineError, EngineMemoryError, EngineTimeoutError, ModelNotFoundError
 from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
 from agent_gravity.backends.base import (
     GenerationDelta,
@@ -191,7 +192,11 @@ class LocalVLLMBackend:
         try:
             self._loop.submit(run.request_id, run.prompt, run.params, inbox.put)
             while not run.done:
-                yield from run.take(inbox.get())
+                try:
+                    item = inbox.get(timeout=run.seconds_left())
+                except queue.Empty:
+                    raise run.timed_out() from None
+                yield from run.take(item)
         finally:
             run.finish(self._loop)
 
@@ -203,7 +208,11 @@ class LocalVLLMBackend:
             self._loop.submit(run.request_id, run.prompt, run.params,
                               lambda item: loop.call_soon_threadsafe(inbox.put_nowait, item))
             while not run.done:
-                for item in run.take(await inbox.get()):
+                try:
+                    taken = await asyncio.wait_for(inbox.get(), run.seconds_left())
+                except TimeoutError:
+                    raise run.timed_out() from None
+                for item in run.take(taken):
                     yield item
         finally:
             run.finish(self._loop)
@@ -243,6 +252,7 @@ class _Run:
         self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
         self._probe_ids: list[str] = []
         self._finished = False
+        self._deadline = time.monotonic() + (request.timeout or 0.0)
         if self.steering is not None and self.steering.probes is not None:
             self.steering.prober = self._probe
         if self.steering is not None:  # registered last: nothing above may leave it behind
@@ -250,6 +260,16 @@ class _Run:
         self.token_ids: list[int] = []
         self.text: list[str] = []
         self.done = False
+
+    def seconds_left(self) -> float | None:
+        """Time left before the request's timeout; None without one."""
+        if self.request.timeout is None:
+            return None
+        return max(0.0, self._deadline - time.monotonic())
+
+    def timed_out(self) -> EngineTimeoutError:
+        return EngineTimeoutError(f"generation took longer than its timeout of {self.request.timeout} s and was "
+                                  "aborted; raise `timeout`, or lower the token budgets")
 
     def _probe(self, generated: list[int]) -> None:
         """Start an answer probe as a side request (called on the engine thread by the steering)."""

@@ -39,3 +39,14 @@ def test_constructor_options_are_validated_and_unknown_ones_refused():
         ChatGravity(gravty=GravityConfig())
     with pytest.raises(ValidationError, match="top_p"):
         ChatGravity(top_p=0)
+
+
+def test_a_fixed_backend_cannot_switch_models_per_call():
+    from types import SimpleNamespace
+
+    from langchain_core.messages import HumanMessage
+
+    model = ChatGravity(backend=SimpleNamespace(model_name="fixed"))
+    with pytest.raises(InvalidCallOptionError, match="fixed backend that serves one model"):
+        model._prepare([HumanMessage("hi")], None, {"model": "/models/other"})
+    assert model._get_ls_params(model="/models/other")["ls_model_name"] == "/models/other"

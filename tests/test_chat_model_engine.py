@@ -10,7 +10,14 @@ import pytest
 from langchain_core.messages import AIMessageChunk, ChatMessage, HumanMessage
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from agent_gravity import ChatGravity, ContextLengthError, EngineMemoryError, GravityConfig, ModelNotFoundError
+from agent_gravity import (
+    ChatGravity,
+    ContextLengthError,
+    EngineMemoryError,
+    EngineTimeoutError,
+    GravityConfig,
+    ModelNotFoundError,
+)
 from agent_gravity._steering import SteeringSpec
 from agent_gravity.backends import GenerationRequest, SamplingSettings
 from agent_gravity.backends.base import drain
@@ -215,3 +222,14 @@ def test_plain_generation_never_cuts_and_only_observes(chat):
     assert msg.content and "reasoning_content" not in msg.additional_kwargs
     assert not meta["terminated_early"] and meta["reason"] is None and meta["reasoning_tokens"] == 0
     assert meta["answer_tokens"] == msg.usage_metadata["output_tokens"] <= 40
+
+
+def test_langchain_standard_parameters_do_what_they_say(chat):
+    capped = ChatGravity(max_tokens=12).invoke(LOOPING, gravity=OFF)
+    assert capped.usage_metadata["output_tokens"] == 12
+    assert not capped.response_metadata["gravity"]["answer_complete"], "a cut answer says so"
+    streamed = ChatGravity(streaming=True).invoke(SIMPLE)
+    assert streamed.content.strip() == chat.invoke(SIMPLE).content and streamed.usage_metadata["output_tokens"] > 0
+    with pytest.raises(EngineTimeoutError, match="timeout"):
+        chat.invoke(LOOPING, gravity=OFF, timeout=0.05)
+    assert chat.invoke(SIMPLE).content, "the engine goes on after a timed-out call"

@@ -121,3 +121,21 @@ def test_closing_answers_waiting_callers_and_refuses_new_ones():
     assert errors and "closed" in str(errors[0])
     with pytest.raises(EngineError, match="closed"):
         drain(backend.stream(request(2)))
+
+
+def test_a_call_past_its_timeout_is_aborted_and_the_engine_goes_on():
+    from agent_gravity import EngineTimeoutError
+
+    engine = StandInEngine()
+    backend = backend_on(engine)
+    slow = GenerationRequest([1, 2], SamplingSettings(max_tokens=10**9), timeout=0.2)
+    with pytest.raises(EngineTimeoutError, match="longer than its timeout of 0.2 s"):
+        drain(backend.stream(slow))
+
+    async def slow_async():
+        return [item async for item in backend.astream(slow)]
+
+    with pytest.raises(EngineTimeoutError):
+        asyncio.run(slow_async())
+    assert drain(backend.stream(request(3))).token_ids == [1, 2, 3]
+    assert len(engine.aborted) == 2, "both timed-out requests were aborted, not left running"
