@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from operator import itemgetter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +12,13 @@ from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from opentelemetry.trace import Span
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_gravity import _model_store
 from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
@@ -36,6 +40,7 @@ from agent_gravity.backends.base import (
 )
 
 _OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model")
+_PER_CALL_ONLY = ("response_format", "ls_structured_output_format")
 
 
 @dataclass
@@ -85,14 +90,14 @@ def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig)
 
 
 def steering_spec(backend: Backend, config: GravityConfig, task: str | None,
-                  ids: ReasoningIds | None) -> SteeringSpec:
+                  ids: ReasoningIds | None, structured: bool = False) -> SteeringSpec:
     """What the engine runs for one call: the policies only when early exits may fire for ``task``."""
     active = config.active_for(task)
     return SteeringSpec(
         key=uuid.uuid4().hex, eos_ids=tuple(backend.eos_ids),
         policy=config.policy if active else None, loop=config.loop if active else None,
         probe=config.probe.spec() if active and config.probe else None,
-        min_tokens=config.min_tokens, reasoning=ids, brackets=_bracket_deltas(backend),
+        min_tokens=config.min_tokens, reasoning=ids, brackets=_bracket_deltas(backend), structured=structured,
     )
 
 
@@ -189,6 +194,38 @@ class ChatGravity(BaseChatModel):
                                          "fixed backend that serves one model; create a ChatGravity for that model")
         return local_backend(model, max_model_len=self.max_model_len)
 
+    def with_structured_output(self, schema: dict[str, Any] | type, *, include_raw: bool = False,
+                               method: str = "json_schema", strict: bool | None = None,
+                               **kwargs: Any) -> Runnable:
+        """Answer as JSON that the engine's grammar holds to ``schema`` (JSON schema, pydantic or TypedDict).
+
+        ``json_schema`` and ``function_calling`` both run the schema's grammar (there is no separate
+        tool channel); ``json_mode`` holds the output to any JSON object and parses it with the
+        schema. The grammar is always strict, whatever ``strict`` says. Structured calls run
+        without a reasoning phase, and gravity never cuts them (it still records the trace). With
+        ``include_raw`` the result is ``{"raw", "parsed", "parsing_error"}``.
+        """
+        if kwargs:
+            raise InvalidCallOptionError(f"unsupported with_structured_output options {sorted(kwargs)}; "
+                                         "take schema, include_raw, method and strict")
+        if method not in ("json_schema", "function_calling", "json_mode"):
+            raise InvalidCallOptionError(f"unknown structured-output method {method!r}; "
+                                         "use json_schema, function_calling or json_mode")
+        try:
+            json_schema = convert_to_json_schema(schema)
+        except (TypeError, ValueError) as exc:
+            raise InvalidCallOptionError(f"cannot use {schema!r} as a structured-output schema ({exc}); pass a "
+                                         "JSON schema dict, a pydantic model class or a TypedDict") from exc
+        is_model = isinstance(schema, type) and issubclass(schema, BaseModel)
+        parser = PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser()
+        grammar = {"type": "object"} if method == "json_mode" else json_schema
+        llm = self.bind(response_format=grammar, ls_structured_output_format={"schema": json_schema})
+        if not include_raw:
+            return llm | parser
+        parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
+        failed = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
+
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         """Standard tracing parameters; a per-call ``model`` is reported as the model."""
         params = LangSmithParams(ls_provider="agent_gravity", ls_model_type="chat",
@@ -203,15 +240,19 @@ class ChatGravity(BaseChatModel):
     # -- one call, sync and async share everything but the transport --------------------------
 
     def _prepare(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> _Call:
-        unknown = set(kwargs) - set(_OVERRIDES)
+        unknown = set(kwargs) - set(_OVERRIDES) - set(_PER_CALL_ONLY)
         if unknown:
-            raise InvalidCallOptionError(
-                f"unsupported call options {sorted(unknown)}; supported: {', '.join(_OVERRIDES)}")
+            raise InvalidCallOptionError(f"unsupported call options {sorted(unknown)}; "
+                                         f"supported: {', '.join(_OVERRIDES + _PER_CALL_ONLY)}")
+        schema = kwargs.pop("response_format", None)
+        kwargs.pop("ls_structured_output_format", None)  # tracing metadata LangChain reads, not an option
         opts = {k: kwargs.get(k, getattr(self, k)) for k in _OVERRIDES}
         if kwargs:  # per-call options get the constructor's validation, field by field
             checked = type(self).model_validate(opts)
             opts = {k: getattr(checked, k) for k in _OVERRIDES}
         config: GravityConfig = opts["gravity"]
+        if schema is not None:  # the grammar covers the whole output: no reasoning, and nothing is ever cut
+            config = config.model_copy(update={"reasoning": None})
         chat = to_chat_dicts(messages)
         backend = self._backend_for(opts["model"])
         fmt = self._format(backend, config)
@@ -230,9 +271,9 @@ class ChatGravity(BaseChatModel):
                 f"(max_reasoning_tokens + max_answer_tokens, or max_tokens), but the context holds {backend.max_context}; "
                 "shorten the conversation, lower the budgets in GravityConfig, or raise max_model_len"
             )
-        spec = steering_spec(backend, config, opts["task"], ids)
+        spec = steering_spec(backend, config, opts["task"], ids, structured=schema is not None)
         sampling = SamplingSettings(max_tokens=budget, temperature=opts["temperature"], top_p=opts["top_p"],
-                                    seed=opts["seed"], stop=(*(self.stop or ()), *(stop or ())))
+                                    seed=opts["seed"], stop=(*(self.stop or ()), *(stop or ())), json_schema=schema)
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"])

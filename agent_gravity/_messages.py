@@ -94,7 +94,8 @@ def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
     probes = steering.probes if steering else None
     finite = [e for e in result.entropy if math.isfinite(e)]
     return {
-        "enabled": bool(steering and (steering.spec.policy or steering.spec.loop or steering.spec.probe)),
+        "enabled": bool(steering and not steering.spec.structured
+                        and (steering.spec.policy or steering.spec.loop or steering.spec.probe)),
         "terminated_early": early,
         "reason": steering.reason if steering else None,
         "detail": lock.describe() if lock and early else None,

@@ -20,6 +20,8 @@ class SamplingSettings:
     stop: tuple[str, ...] = ()
     logprobs: int | None = None
     """Return this many top log-probabilities per generated token (-1: the whole vocabulary)."""
+    json_schema: dict | None = None
+    """Constrain the output to JSON matching this schema (the engine's grammar support)."""
     thinking_token_budget: int | None = None
     """The engine's own fixed reasoning cap, where it has one (vLLM's); the baseline gravity is measured against."""
 

@@ -234,7 +234,7 @@ class _Run:
 
     def __init__(self, backend: LocalVLLMBackend, request: GenerationRequest) -> None:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         from agent_gravity.backends._steered_rows import REGISTRY
 
@@ -248,6 +248,7 @@ class _Run:
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             stop=list(s.stop) or None, logprobs=s.logprobs, output_kind=RequestOutputKind.DELTA,
             extra_args=extra, thinking_token_budget=s.thinking_token_budget,
+            structured_outputs=None if s.json_schema is None else StructuredOutputsParams(json=s.json_schema),
         )
         self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
         self._probe_ids: list[str] = []

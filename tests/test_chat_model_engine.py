@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+from typing import TypedDict
 
 import pytest
 from langchain_core.messages import AIMessageChunk, ChatMessage, HumanMessage
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from pydantic import BaseModel
 
 from agent_gravity import (
     ChatGravity,
@@ -16,6 +18,7 @@ from agent_gravity import (
     EngineMemoryError,
     EngineTimeoutError,
     GravityConfig,
+    InvalidCallOptionError,
     ModelNotFoundError,
 )
 from agent_gravity._steering import SteeringSpec
@@ -233,3 +236,30 @@ def test_langchain_standard_parameters_do_what_they_say(chat):
     with pytest.raises(EngineTimeoutError, match="timeout"):
         chat.invoke(LOOPING, gravity=OFF, timeout=0.05)
     assert chat.invoke(SIMPLE).content, "the engine goes on after a timed-out call"
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+class PersonDict(TypedDict):
+    name: str
+    age: int
+
+
+def test_structured_output_is_held_to_the_schema_by_the_engine_and_never_cut(chat):
+    person = chat.with_structured_output(Person).invoke("Bob is 40 years old. Give his name and age.")
+    assert isinstance(person, Person) and person.age == 40
+    raw = chat.with_structured_output(PersonDict, include_raw=True).invoke("Bob is 40. Give his name and age.")
+    assert raw["parsing_error"] is None and set(raw["parsed"]) == {"name", "age"}
+    g = raw["raw"].response_metadata["gravity"]
+    assert not g["enabled"] and not g["terminated_early"] and g["reasoning_tokens"] == 0
+    colour = {"title": "Colour", "type": "object", "required": ["colour"],
+              "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}}}
+    assert chat.with_structured_output(colour).invoke("What colour is the sky?")["colour"] in ("red", "blue")
+
+
+def test_a_schema_that_is_not_one_is_a_clear_error(chat):
+    with pytest.raises(InvalidCallOptionError, match="cannot use .* as a structured-output schema"):
+        chat.with_structured_output(42)

@@ -22,14 +22,14 @@ class TestChatGravityStandard(ChatModelUnitTests):
     def chat_model_params(self) -> dict:
         return {"temperature": 0}
 
-    # Not yet: tool calling and structured output arrive with their own implementation, not faked.
+    # Not yet: tool calling arrives with its own implementation, not faked.
     @property
     def has_tool_calling(self) -> bool:
         return False
 
     @property
     def has_structured_output(self) -> bool:
-        return False
+        return True
 
     @property
     def model_override_value(self) -> str:
