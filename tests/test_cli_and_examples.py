@@ -44,6 +44,12 @@ def test_policies_example_runs_every_configuration(chat, capsys):
     assert out.count("answer=") == 3 and "periodic probes only" in out and "why: " in out
 
 
+def test_chain_example_runs_prompt_model_parser(chat, capsys):
+    runpy.run_path(str(EXAMPLES / "chain.py"), run_name="__main__")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all(" -> " in line and line.split(" -> ")[1] for line in lines)
+
+
 def test_table_puts_baseline_and_gravity_side_by_side():
     runs = [DemoRun("Q one?", "baseline", "8", 40, 30, False, "model_ended", 2.0, [0.1] * 40),
             DemoRun("Q one?", "gravity", "8", 20, 10, True, "gravity", 1.0, [0.1] * 20,
