@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import functools
+import json
 import uuid
-from operator import itemgetter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel, LangSmithParams
+from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCallChunk
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.utils.pydantic import is_basemodel_subclass
 from opentelemetry.trace import Span
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_gravity import _model_store
 from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
@@ -28,6 +30,17 @@ from agent_gravity._profile import load_profile, profile_path
 from agent_gravity._reasoning import ReasoningSplitter, scaffold, split_reasoning
 from agent_gravity._steering import ReasoningIds, SteeringSpec
 from agent_gravity._telemetry import chat_span, response_attributes, set_attributes
+from agent_gravity._tools import (
+    OPEN,
+    ToolSet,
+    ToolStreamSplitter,
+    auto_grammar,
+    convert_tools,
+    forced_grammar,
+    parse_output,
+    with_tools,
+)
+from agent_gravity._tools import tool_choice as _tool_choice
 from agent_gravity.backends.base import (
     Backend,
     GenerationDelta,
@@ -40,7 +53,7 @@ from agent_gravity.backends.base import (
 )
 
 _OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model")
-_PER_CALL_ONLY = ("response_format", "ls_structured_output_format")
+_PER_CALL_ONLY = ("response_format", "ls_structured_output_format", "tools", "tool_choice")
 
 
 @dataclass
@@ -53,6 +66,7 @@ class _Call:
     params: dict[str, Any]
     config: GravityConfig
     task: str | None = None
+    tools: ToolSet | None = None
 
 
 # Scanning the vocabulary costs milliseconds: once per backend (and marker), not once per call.
@@ -89,8 +103,14 @@ def reasoning_ids(backend: Backend, fmt: ReasoningFormat, config: GravityConfig)
     )
 
 
+@functools.lru_cache(maxsize=32)
+def _tool_guard_ids(backend: Backend) -> tuple[int, ...]:
+    """Vocabulary ids that may begin a ``<tool_call>`` tag (their text holds a ``<``)."""
+    return tuple(i for i, t in enumerate(backend.token_texts) if "<" in t)
+
+
 def steering_spec(backend: Backend, config: GravityConfig, task: str | None,
-                  ids: ReasoningIds | None, structured: bool = False) -> SteeringSpec:
+                  ids: ReasoningIds | None, structured: bool = False, tools: bool = False) -> SteeringSpec:
     """What the engine runs for one call: the policies only when early exits may fire for ``task``."""
     active = config.active_for(task)
     return SteeringSpec(
@@ -98,14 +118,15 @@ def steering_spec(backend: Backend, config: GravityConfig, task: str | None,
         policy=config.policy if active else None, loop=config.loop if active else None,
         probe=config.probe.spec() if active and config.probe else None,
         min_tokens=config.min_tokens, reasoning=ids, brackets=_bracket_deltas(backend), structured=structured,
+        guard_ids=_tool_guard_ids(backend) if tools else (),
     )
 
 
 def local_backend(model: str | None = None, **settings: Any) -> Backend:
-    """Start (or join) the local vLLM engine for a model folder, or the embedded default when None."""
+    """Start (or join) the local vLLM engine for a model folder, or the embedded default (None or its name)."""
     from agent_gravity.backends.local_vllm import EngineSettings, shared_backend
 
-    if model is None:
+    if model is None or model == _model_store.DEFAULT_MODEL.name:
         folder, name = _model_store.pull(), _model_store.DEFAULT_MODEL.name
     else:
         folder, name = Path(model).expanduser().resolve(), None
@@ -122,7 +143,8 @@ class ChatGravity(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     model: str | None = None
-    """A local model folder; None uses the embedded default (fetched and converted on first use)."""
+    """A local model folder; None (or the name ``SmolLM2-135M-Instruct``) uses the embedded default,
+    fetched and converted on first use."""
     gravity: GravityConfig = Field(default_factory=GravityConfig)
     temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -216,7 +238,7 @@ class ChatGravity(BaseChatModel):
         except (TypeError, ValueError) as exc:
             raise InvalidCallOptionError(f"cannot use {schema!r} as a structured-output schema ({exc}); pass a "
                                          "JSON schema dict, a pydantic model class or a TypedDict") from exc
-        is_model = isinstance(schema, type) and issubclass(schema, BaseModel)
+        is_model = isinstance(schema, type) and is_basemodel_subclass(schema)  # pydantic v2 or v1
         parser = PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser()
         grammar = {"type": "object"} if method == "json_mode" else json_schema
         llm = self.bind(response_format=grammar, ls_structured_output_format={"schema": json_schema})
@@ -225,6 +247,20 @@ class ChatGravity(BaseChatModel):
         parsed = RunnablePassthrough.assign(parsed=itemgetter("raw") | parser, parsing_error=lambda _: None)
         failed = RunnablePassthrough.assign(parsed=lambda _: None)
         return RunnableMap(raw=llm) | parsed.with_fallbacks([failed], exception_key="parsing_error")
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: Any = None,
+                   **kwargs: Any) -> Runnable[LanguageModelInput, AIMessage]:
+        """Offer ``tools`` to the model; the engine's grammar holds every call to its tool's schema.
+
+        ``tool_choice``: None or ``auto`` (the model decides), ``any`` / ``required`` / True (it must
+        call one), ``none`` / False, or a tool's name. A forced call is one call, written with no
+        text around it. Calls come back in ``AIMessage.tool_calls``; one that does not parse is in
+        ``invalid_tool_calls``. Tool-enabled calls have no reasoning phase, and gravity never cuts
+        an output once a tool call may have begun.
+        """
+        converted = convert_tools(tools)
+        names = [t["function"]["name"] for t in converted]
+        return self.bind(tools=list(converted), tool_choice=_tool_choice(tool_choice, names), **kwargs)
 
     def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
         """Standard tracing parameters; a per-call ``model`` is reported as the model."""
@@ -246,20 +282,23 @@ class ChatGravity(BaseChatModel):
                                          f"supported: {', '.join(_OVERRIDES + _PER_CALL_ONLY)}")
         schema = kwargs.pop("response_format", None)
         kwargs.pop("ls_structured_output_format", None)  # tracing metadata LangChain reads, not an option
+        tools = self._tool_set(kwargs.pop("tools", None), kwargs.pop("tool_choice", None), schema)
         opts = {k: kwargs.get(k, getattr(self, k)) for k in _OVERRIDES}
         if kwargs:  # per-call options get the constructor's validation, field by field
             checked = type(self).model_validate(opts)
             opts = {k: getattr(checked, k) for k in _OVERRIDES}
         config: GravityConfig = opts["gravity"]
-        if schema is not None:  # the grammar covers the whole output: no reasoning, and nothing is ever cut
+        if schema is not None or tools:  # the grammar covers the output: no reasoning phase under it
             config = config.model_copy(update={"reasoning": None})
-        chat = to_chat_dicts(messages)
+        chat = with_tools(to_chat_dicts(messages), tools.offered if tools else ())
         backend = self._backend_for(opts["model"])
         fmt = self._format(backend, config)
         prefill, ids = "", None
         if fmt is not None:
             chat, prefill = scaffold(chat, fmt)
             ids = reasoning_ids(backend, fmt, config)
+        if tools and tools.forced:
+            prefill += f"{OPEN}\n"
         prompt = backend.render(chat, prefill)
         marker = len(ids.newline_ids + ids.end_ids + ids.answer_prefix_ids) if ids else 0
         budget = config.max_answer_tokens + (config.max_reasoning_tokens + marker if ids else 0)
@@ -271,13 +310,32 @@ class ChatGravity(BaseChatModel):
                 f"(max_reasoning_tokens + max_answer_tokens, or max_tokens), but the context holds {backend.max_context}; "
                 "shorten the conversation, lower the budgets in GravityConfig, or raise max_model_len"
             )
-        spec = steering_spec(backend, config, opts["task"], ids, structured=schema is not None)
-        sampling = SamplingSettings(max_tokens=budget, temperature=opts["temperature"], top_p=opts["top_p"],
-                                    seed=opts["seed"], stop=(*(self.stop or ()), *(stop or ())), json_schema=schema)
+        forced = bool(tools and tools.forced)
+        spec = steering_spec(backend, config, opts["task"], ids, structured=schema is not None or forced,
+                             tools=bool(tools))
+        if forced:
+            schema = forced_grammar(tools.offered)
+        sampling = SamplingSettings(
+            max_tokens=budget, temperature=opts["temperature"], top_p=opts["top_p"], seed=opts["seed"],
+            stop=(*(self.stop or ()), *(stop or ())), json_schema=schema,
+            structural_tag=auto_grammar(tools.offered) if tools and not forced else None)
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"])
-        return _Call(backend, request, fmt, params, config, opts["task"])
+        return _Call(backend, request, fmt, params, config, opts["task"], tools)
+
+    @staticmethod
+    def _tool_set(tools: list[dict[str, Any]] | None, choice: Any, schema: dict | None) -> ToolSet | None:
+        """The call's tools, or None when no tool may be called."""
+        if tools is None:
+            if choice is not None:
+                raise InvalidCallOptionError("tool_choice was passed without tools; bind them with bind_tools")
+            return None
+        tool_set = ToolSet(convert_tools(tools), _tool_choice(choice, [t["function"]["name"] for t in tools]))
+        if schema is not None and tool_set.offered:
+            raise InvalidCallOptionError("a call cannot both offer tools and hold its answer to a structured-output "
+                                         "schema; use bind_tools or with_structured_output, not both")
+        return tool_set if tool_set.offered else None
 
     @staticmethod
     def _format(backend: Backend, config: GravityConfig) -> ReasoningFormat | None:
@@ -299,13 +357,19 @@ class ChatGravity(BaseChatModel):
         }
 
     def _message(self, call: _Call, result: GenerationResult, span: Span) -> AIMessage:
+        fields = self._message_fields(call, result, span)
+        if call.tools:
+            parsed = parse_output(result.text, call.tools)
+            return AIMessage(content=parsed.content, tool_calls=parsed.tool_calls,
+                             invalid_tool_calls=parsed.invalid_tool_calls, id=result.response_id, **fields)
         reasoning, answer = split_reasoning(result.text, call.fmt) if call.fmt else ("", result.text.strip())
         kwargs = {"reasoning_content": reasoning} if reasoning else {}
-        return AIMessage(content=answer, additional_kwargs=kwargs, id=result.response_id,
-                         **self._message_fields(call, result, span))
+        return AIMessage(content=answer, additional_kwargs=kwargs, id=result.response_id, **fields)
 
-    def _chunk(self, call: _Call, item: StreamItem, splitter: ReasoningSplitter | None,
+    def _chunk(self, call: _Call, item: StreamItem, splitter: ReasoningSplitter | ToolStreamSplitter | None,
                span: Span) -> ChatGenerationChunk:
+        if isinstance(splitter, ToolStreamSplitter):
+            return self._tool_chunk(call, item, splitter, span)
         if isinstance(item, GenerationDelta):
             reasoning, answer = splitter.feed(item.text) if splitter else ("", item.text)
             kwargs = {"reasoning_content": reasoning} if reasoning else {}
@@ -315,6 +379,26 @@ class ChatGravity(BaseChatModel):
         return ChatGenerationChunk(message=AIMessageChunk(
             content=answer, additional_kwargs=kwargs, id=item.response_id, chunk_position="last",
             **self._message_fields(call, item, span)))
+
+    def _tool_chunk(self, call: _Call, item: StreamItem, splitter: ToolStreamSplitter,
+                    span: Span) -> ChatGenerationChunk:
+        """Text streams as it comes; the calls arrive whole, as ``tool_call_chunks`` of the last chunk."""
+        if isinstance(item, GenerationDelta):
+            return ChatGenerationChunk(message=AIMessageChunk(content=splitter.feed(item.text)))
+        rest, parsed = splitter.close()
+        chunks = [ToolCallChunk(name=c["name"], args=json.dumps(c["args"], ensure_ascii=False), id=c["id"],
+                                index=i, type="tool_call_chunk") for i, c in enumerate(parsed.tool_calls)]
+        chunks += [ToolCallChunk(name=c["name"], args=c["args"], id=c["id"], index=len(chunks) + i,
+                                 type="tool_call_chunk") for i, c in enumerate(parsed.invalid_tool_calls)]
+        return ChatGenerationChunk(message=AIMessageChunk(
+            content=rest, tool_call_chunks=chunks, id=item.response_id, chunk_position="last",
+            **self._message_fields(call, item, span)))
+
+    @staticmethod
+    def _splitter(call: _Call) -> ReasoningSplitter | ToolStreamSplitter | None:
+        if call.tools:
+            return ToolStreamSplitter(call.tools)
+        return ReasoningSplitter(call.fmt) if call.fmt else None
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
@@ -333,7 +417,7 @@ class ChatGravity(BaseChatModel):
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
-        splitter = ReasoningSplitter(call.fmt) if call.fmt else None
+        splitter = self._splitter(call)
         with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
             for item in call.backend.stream(call.request):
                 chunk = self._chunk(call, item, splitter, span)
@@ -345,7 +429,7 @@ class ChatGravity(BaseChatModel):
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
-        splitter = ReasoningSplitter(call.fmt) if call.fmt else None
+        splitter = self._splitter(call)
         with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
             async for item in call.backend.astream(call.request):
                 chunk = self._chunk(call, item, splitter, span)

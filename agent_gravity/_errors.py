@@ -1,6 +1,12 @@
 """Errors: each says what to fix, and subclasses the langchain-core or built-in error a caller would catch."""
 
-from langchain_core.exceptions import ContextOverflowError, ModelInvalidRequestError
+from langchain_core.exceptions import (
+    ContextOverflowError,
+    ModelAPIError,
+    ModelError,
+    ModelInvalidRequestError,
+    ModelTimeoutError,
+)
 from langchain_core.exceptions import ModelNotFoundError as _LCModelNotFoundError
 
 
@@ -12,7 +18,7 @@ class ModelNotFoundError(GravityError, _LCModelNotFoundError, FileNotFoundError)
     """The model folder does not exist or is not a model."""
 
 
-class ModelCacheError(GravityError, RuntimeError):
+class ModelCacheError(GravityError, ModelError, RuntimeError):
     """The embedded model could not be fetched, verified or converted."""
 
 
@@ -28,13 +34,21 @@ class InvalidCallOptionError(GravityError, ModelInvalidRequestError, TypeError):
     """A per-call option the chat model does not have."""
 
 
-class EngineError(GravityError, RuntimeError):
+class ToolSchemaError(InvalidCallOptionError, ValueError):
+    """A bound tool whose schema cannot be rendered or held to by the grammar."""
+
+
+class SchemaNotEnforceableError(InvalidCallOptionError, ValueError):
+    """A structured-output or tool schema the engine's grammar cannot enforce."""
+
+
+class EngineError(GravityError, ModelAPIError, RuntimeError):
     """The engine failed while generating, or was closed."""
 
 
-class EngineTimeoutError(GravityError, TimeoutError):
+class EngineTimeoutError(GravityError, ModelTimeoutError, TimeoutError):
     """A call ran past its ``timeout``; the request was aborted and freed its slot."""
 
 
-class EngineMemoryError(GravityError, MemoryError):
+class EngineMemoryError(GravityError, ModelError, MemoryError):
     """A second engine would not fit in this process's memory."""

@@ -20,6 +20,7 @@ from agent_gravity._errors import InvalidMessageError
 from agent_gravity.backends.base import GenerationResult
 
 ROLES = ("system", "user", "assistant", "tool")
+_CALL_BLOCKS = ("tool_use", "tool_call", "function_call")
 
 
 def _text_of(message: BaseMessage) -> str:
@@ -34,6 +35,8 @@ def _text_of(message: BaseMessage) -> str:
             parts.append(str(block.get("text", "")))
         elif isinstance(block, dict) and block.get("type") in ("reasoning", "thinking"):
             continue  # earlier reasoning is not sent back to the model
+        elif isinstance(block, dict) and block.get("type") in _CALL_BLOCKS and isinstance(message, AIMessage):
+            continue  # the message's tool_calls carry the calls
         else:
             kind = block.get("type") if isinstance(block, dict) else type(block).__name__
             raise InvalidMessageError(f"content blocks of type {kind!r} are not supported; send text only")
@@ -59,11 +62,18 @@ def _role_of(message: BaseMessage) -> str:
     )
 
 
-def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
-    """Convert LangChain messages to ``{"role", "content"}`` dicts for a chat template."""
+def _chat_dict(message: BaseMessage) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": _role_of(message), "content": _text_of(message)}
+    if isinstance(message, AIMessage) and message.tool_calls:
+        out["tool_calls"] = [{"name": c["name"], "args": c["args"]} for c in message.tool_calls]
+    return out
+
+
+def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """Convert LangChain messages to ``{"role", "content"}`` dicts (plus an AI message's ``tool_calls``)."""
     if not messages:
         raise InvalidMessageError("the message list is empty; pass at least one message")
-    return [{"role": _role_of(m), "content": _text_of(m)} for m in messages]
+    return [_chat_dict(m) for m in messages]
 
 
 def usage_metadata(result: GenerationResult) -> UsageMetadata:

@@ -34,7 +34,7 @@ def scaffold(messages: Sequence[dict[str, str]], fmt: ReasoningFormat) -> tuple[
     return out, fmt.start if fmt.prefill_start else ""
 
 
-def _held_back(text: str, marker: str) -> int:
+def marker_suffix(text: str, marker: str) -> int:
     """Length of the longest suffix of ``text`` that could begin ``marker``."""
     for n in range(min(len(text), len(marker) - 1), 0, -1):
         if marker.startswith(text[-n:]):
@@ -61,7 +61,7 @@ class ReasoningSplitter:
         if self._state == "reasoning":
             at = self._buffer.find(self.fmt.end)
             if at < 0:
-                keep = _held_back(self._buffer, self.fmt.end)
+                keep = marker_suffix(self._buffer, self.fmt.end)
                 reasoning, self._buffer = self._buffer[: len(self._buffer) - keep], self._buffer[len(self._buffer) - keep:]
                 return reasoning, ""
             reasoning, self._buffer = self._buffer[:at], self._buffer[at + len(self.fmt.end):]

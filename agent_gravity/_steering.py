@@ -58,6 +58,8 @@ class SteeringSpec:
     """``(id, opened minus closed brackets)`` for ids that open or close JSON: no exit fires inside."""
     structured: bool = False
     """Tool calls or grammar-constrained output: nothing is ever cut, the trace is still recorded."""
+    guard_ids: tuple[int, ...] = ()
+    """Ids that may open a tool call: once one is sampled, nothing is cut for the rest of the output."""
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise to JSON-compatible data."""
@@ -77,6 +79,7 @@ class SteeringSpec:
                 reasoning=_reasoning(data.get("reasoning")),
                 brackets=tuple((int(i), int(d)) for i, d in data.get("brackets", ())),
                 structured=bool(data.get("structured", False)),
+                guard_ids=tuple(int(i) for i in data.get("guard_ids", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: {exc!r}") from exc
@@ -167,6 +170,8 @@ class Steering:
     _answer_has_text: bool = field(init=False, default=False)
     _depth: int = field(init=False, default=0)
     _brackets: dict[int, int] = field(init=False, default_factory=dict)
+    _guards: frozenset[int] = field(init=False, default=frozenset())
+    _guarded: bool = field(init=False, default=False)
 
     def __post_init__(self) -> None:
         spec = self.spec
@@ -174,6 +179,7 @@ class Steering:
         self._loop = policy_from_spec(spec.loop) if spec.loop is not None else None
         self.probes = ProbeState(spec.probe) if spec.probe is not None else None
         self._brackets = dict(spec.brackets)
+        self._guards = frozenset(spec.guard_ids)
         self._phase = Phase.REASONING if spec.reasoning else Phase.PLAIN
 
     @property
@@ -221,6 +227,7 @@ class Steering:
     def _on_token(self, s: int, token: int) -> None:
         reasoning = self.spec.reasoning
         self._depth = max(0, self._depth + self._brackets.get(token, 0))
+        self._guarded |= token in self._guards
         if self._phase is Phase.CLOSING:
             self._pending.pop(0)
             if not self._pending:
@@ -251,11 +258,13 @@ class Steering:
             self.lock = self._candidate
 
     def _may_cut(self) -> bool:
-        """No early exit under structured output, nor inside an open bracket of the output the caller parses.
+        """No early exit under structured output, after a tool call may have opened, nor inside an open
+        bracket of the output the caller parses.
 
         Reasoning is never parsed, so a bracket left open there (``[0, 1)``) blocks nothing.
         """
-        return not self.spec.structured and (self._phase is Phase.REASONING or self._depth == 0)
+        return (not self.spec.structured and not self._guarded
+                and (self._phase is Phase.REASONING or self._depth == 0))
 
     def _decide(self, t: int, output_ids: list[int], top_id: int | None) -> Action:
         if self._phase is Phase.REASONING:

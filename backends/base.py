@@ -22,6 +22,8 @@ class SamplingSettings:
     """Return this many top log-probabilities per generated token (-1: the whole vocabulary)."""
     json_schema: dict | None = None
     """Constrain the output to JSON matching this schema (the engine's grammar support)."""
+    structural_tag: str | None = None
+    """Free text in which each tagged region is held to its schema (xgrammar's structural tag, as JSON)."""
     thinking_token_budget: int | None = None
     """The engine's own fixed reasoning cap, where it has one (vLLM's); the baseline gravity is measured against."""
 

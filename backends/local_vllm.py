@@ -17,15 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-
-from agent_gravity._errors import EngineError, EngineMemoryError, EngineTimeoutError, ModelNotFoundError
-from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
 from agent_gravity.backends.base import (
     GenerationDelta,
     GenerationRequest,
     GenerationResult,
+    SamplingSettings,
     StreamItem,
 )
+
+from agent_gravity._errors import (
+    EngineError,
+    EngineMemoryError,
+    EngineTimeoutError,
+    ModelNotFoundError,
+    SchemaNotEnforceableError,
+)
+from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
 
 _GIB = 1 << 30
 
@@ -233,10 +240,9 @@ class _Run:
     """One request's journey through the engine loop: parameters in, deltas and result out."""
 
     def __init__(self, backend: LocalVLLMBackend, request: GenerationRequest) -> None:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
-
         from agent_gravity.backends._steered_rows import REGISTRY
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         self.backend, self.request = backend, request
         self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -248,7 +254,7 @@ class _Run:
             max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
             stop=list(s.stop) or None, logprobs=s.logprobs, output_kind=RequestOutputKind.DELTA,
             extra_args=extra, thinking_token_budget=s.thinking_token_budget,
-            structured_outputs=None if s.json_schema is None else StructuredOutputsParams(json=s.json_schema),
+            structured_outputs=_grammar(s),
         )
         self.logprobs: list[dict[int, float]] | None = [] if s.logprobs is not None else None
         self._probe_ids: list[str] = []
@@ -342,6 +348,26 @@ class _Run:
 
 _ENGINES: dict[EngineSettings, LocalVLLMBackend] = {}
 _ENGINES_LOCK = threading.Lock()
+
+
+def _grammar(s: SamplingSettings) -> Any:
+    """vLLM's structured-output parameters for ``s``, checked up front: a schema the grammar cannot hold fails here."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.v1.structured_output.backend_xgrammar import validate_xgrammar_grammar
+
+    if s.json_schema is None and s.structural_tag is None:
+        return None
+    params = (StructuredOutputsParams(json=s.json_schema) if s.structural_tag is None
+              else StructuredOutputsParams(structural_tag=s.structural_tag))
+    try:
+        validate_xgrammar_grammar(SamplingParams(structured_outputs=params))
+    except (VLLMValidationError, ValueError) as exc:
+        raise SchemaNotEnforceableError(
+            f"the engine's grammar (xgrammar) cannot enforce this schema: {str(exc).strip()}; drop the unsupported "
+            "keywords (for example lookaround in `pattern`) or loosen the schema") from exc
+    return params
 
 
 def available_memory() -> int:

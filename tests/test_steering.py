@@ -174,6 +174,17 @@ def test_nothing_is_cut_inside_an_open_bracket_or_under_structured_output():
     assert structured.exit is Exit.BUDGET and not structured.terminated_early and EOS not in out
 
 
+def test_nothing_is_cut_once_a_tool_call_may_have_begun():
+    guard = 62  # a token holding "<": it may open <tool_call>
+    looping = [(0.1, 7 + i % 2) for i in range(30)]
+    steering = Steering(make_spec(loop=LOOP, reasoning=False, guard_ids=(guard,)))
+    out = drive(steering, [(0.1, 30), (0.1, guard)] + looping)
+    assert EOS not in out and steering.stopped is None and not steering.terminated_early
+    free = Steering(make_spec(loop=LOOP, reasoning=False, guard_ids=(guard,)))
+    assert EOS in drive(free, [(0.1, 30)] + looping), "without the guard token the loop is cut"
+    assert SteeringSpec.from_dict(make_spec(guard_ids=(guard,)).to_dict()).guard_ids == (guard,)
+
+
 class FakeProber:
     """Records probes; the test answers them the way the engine would, later."""
 
