@@ -16,6 +16,13 @@ _EXPORTS = {
     "ReasoningFormat": "agent_gravity._config",
     "ProbeConfig": "agent_gravity._config",
     "GravityProfile": "agent_gravity._profile",
+    "ConvergenceConfig": "agent_gravity._convergence",
+    "GravityMiddleware": "agent_gravity._middleware",
+    "gravity_loop": "agent_gravity._loop",
+    "AgentLoop": "agent_gravity._loop",
+    "LoopResult": "agent_gravity._loop",
+    "SchemaNotEnforceableError": "agent_gravity._errors",
+    "ToolSchemaError": "agent_gravity._errors",
     "load_profile": "agent_gravity._profile",
     "ContextLengthError": "agent_gravity._errors",
     "EngineError": "agent_gravity._errors",
@@ -32,6 +39,7 @@ __all__ = [*_EXPORTS, "__version__"]
 if TYPE_CHECKING:
     from agent_gravity._chat_model import ChatGravity
     from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
+    from agent_gravity._convergence import ConvergenceConfig
     from agent_gravity._errors import (
         ContextLengthError,
         EngineError,
@@ -42,7 +50,11 @@ if TYPE_CHECKING:
         InvalidMessageError,
         ModelCacheError,
         ModelNotFoundError,
+        SchemaNotEnforceableError,
+        ToolSchemaError,
     )
+    from agent_gravity._loop import AgentLoop, LoopResult, gravity_loop
+    from agent_gravity._middleware import GravityMiddleware
     from agent_gravity._profile import GravityProfile, load_profile
 
 

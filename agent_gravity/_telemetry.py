@@ -74,12 +74,10 @@ def set_attributes(span: Span, attrs: dict[str, Any]) -> None:
 
 
 @contextmanager
-def chat_span(provider: str, model: str, params: dict[str, Any]) -> Iterator[Span]:
-    """Open ``chat {model}`` as a client span under the caller's active span."""
-    with _tracer().start_as_current_span(
-        f"chat {model}", kind=SpanKind.CLIENT, attributes=request_attributes(provider, model, params),
-        record_exception=False, set_status_on_exception=False,
-    ) as span:
+def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Span]:
+    """Open a span under the caller's active span; an error is recorded on it and raised on."""
+    with _tracer().start_as_current_span(name, kind=kind, attributes=attributes, record_exception=False,
+                                         set_status_on_exception=False) as span:
         try:
             yield span
         except GeneratorExit:  # a stream the caller stopped reading: not an error
@@ -89,3 +87,22 @@ def chat_span(provider: str, model: str, params: dict[str, Any]) -> Iterator[Spa
             span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             span.set_attribute("error.type", type(exc).__qualname__)
             raise
+
+
+def chat_span(provider: str, model: str, params: dict[str, Any]) -> Any:
+    """Open ``chat {model}`` as a client span under the caller's active span."""
+    return _span(f"chat {model}", SpanKind.CLIENT, request_attributes(provider, model, params))
+
+
+def agent_span(name: str) -> Any:
+    """Open ``invoke_agent {name}``: one agent run, its model and tool calls nest under it."""
+    return _span(f"invoke_agent {name}", SpanKind.INTERNAL,
+                 {gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent", gen_ai.GEN_AI_AGENT_NAME: name})
+
+
+def tool_span(name: str, call_id: str | None) -> Any:
+    """Open ``execute_tool {name}`` for one tool call."""
+    attrs = {gen_ai.GEN_AI_OPERATION_NAME: "execute_tool", gen_ai.GEN_AI_TOOL_NAME: name}
+    if call_id:
+        attrs[gen_ai.GEN_AI_TOOL_CALL_ID] = call_id
+    return _span(f"execute_tool {name}", SpanKind.INTERNAL, attrs)

@@ -1,0 +1,114 @@
+"""Surface: GravityMiddleware, gravity for LangChain v1 agents (``langchain.agents.create_agent``).
+
+Needs the ``agents`` extra (``pip install 'agent-gravity[agents]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, NotRequired
+
+from langchain.agents import AgentState
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, hook_config
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.channels.untracked_value import UntrackedValue
+
+from agent_gravity._config import GravityConfig
+from agent_gravity._convergence import ConvergenceConfig, ConvergenceTracker, Step, Verdict
+
+
+class GravityAgentState(AgentState):
+    """Agent state with gravity's outcome: ``gravity`` holds the answer, the reason and the step count."""
+
+    gravity: NotRequired[dict[str, Any]]
+    gravity_steps: NotRequired[Annotated[list[dict[str, Any]], UntrackedValue, PrivateStateAttr]]
+
+
+class GravityMiddleware(AgentMiddleware):
+    """End an agent run once its steps have converged, and stop runaway loops with a clear reason.
+
+    ``gravity`` (optional) overrides the ChatGravity model's GravityConfig on every model call.
+    After each model call the step is compared with the run's earlier steps (see
+    ConvergenceConfig); on convergence the run jumps to its end: the pending tool calls are
+    answered as not run, and a final AIMessage carries the best answer. The final state's
+    ``gravity`` key holds ``{"answer", "reason", "detail", "steps", "converged"}``.
+    """
+
+    state_schema = GravityAgentState
+
+    def __init__(self, converge: ConvergenceConfig | None = None, gravity: GravityConfig | None = None) -> None:
+        super().__init__()
+        self.converge = converge or ConvergenceConfig()
+        self.gravity = gravity
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
+        """Run the model call with this middleware's GravityConfig, when it has one."""
+        return handler(self._request(request))
+
+    async def awrap_model_call(self, request: ModelRequest,
+                               handler: Callable[[ModelRequest], Awaitable[ModelResponse]]) -> ModelResponse:
+        """Async form of :meth:`wrap_model_call`."""
+        return await handler(self._request(request))
+
+    @hook_config(can_jump_to=["end"])
+    def after_model(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
+        """Judge the step just taken; end the run when the agent has converged or runs away."""
+        message = state["messages"][-1]
+        if not isinstance(message, AIMessage):
+            return None
+        tracker = self._tracker(state)
+        steps = [*state.get("gravity_steps", []), _step_dict(Step.of_message(message))]
+        verdict = tracker.observe(Step(**steps[-1]))
+        if verdict is None:
+            if message.tool_calls:
+                return {"gravity_steps": steps}
+            outcome = {"answer": message.text.strip(), "reason": "model_ended", "detail": None,
+                       "steps": len(steps), "converged": True}
+            return {"gravity_steps": steps, "gravity": outcome}
+        return {"gravity_steps": steps, "jump_to": "end", "gravity": _outcome(verdict),
+                "messages": _closing_messages(message, verdict)}
+
+    @hook_config(can_jump_to=["end"])
+    async def aafter_model(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
+        """Async form of :meth:`after_model`."""
+        return self.after_model(state, runtime)
+
+    def _request(self, request: ModelRequest) -> ModelRequest:
+        if self.gravity is None:
+            return request
+        return request.override(model_settings={**request.model_settings, "gravity": self.gravity})
+
+    def _tracker(self, state: GravityAgentState) -> ConvergenceTracker:
+        """The run's tracker, rebuilt from the state (a middleware instance serves many runs)."""
+        tracker = ConvergenceTracker(self.converge)
+        tracker.steps = [Step(**s) for s in state.get("gravity_steps", [])]
+        start = _run_start(state["messages"], len(tracker.steps))
+        for m in state["messages"][start:]:
+            if isinstance(m, ToolMessage) and m.status != "error":
+                tracker.tool_result(m.text)
+        return tracker
+
+
+def _step_dict(step: Step) -> dict[str, Any]:
+    return {"answer": step.answer, "calls": step.calls, "entropy": step.entropy}
+
+
+def _run_start(messages: list[Any], steps: int) -> int:
+    """Index of the first message of this run: just before its first AI message."""
+    ai = [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
+    return ai[-(steps + 1)] if steps + 1 <= len(ai) else 0
+
+
+def _outcome(verdict: Verdict) -> dict[str, Any]:
+    return {"answer": verdict.answer, "reason": verdict.reason, "detail": verdict.detail,
+            "steps": verdict.step, "converged": verdict.converged}
+
+
+def _closing_messages(message: AIMessage, verdict: Verdict) -> list[Any]:
+    """Answer every pending tool call as not run, then give the best answer as the final message."""
+    why = "the agent converged" if verdict.converged else "the agent loop was stopped as a runaway"
+    skipped = [ToolMessage(content=f"Not run: {why} ({verdict.detail}).", tool_call_id=c["id"], name=c["name"],
+                           status="error") for c in message.tool_calls]
+    final = AIMessage(content=verdict.answer, response_metadata={"gravity_agent": _outcome(verdict)})
+    return [*skipped, final]
