@@ -32,7 +32,9 @@ class GravityMiddleware(AgentMiddleware):
     After each model call the step is compared with the run's earlier steps (see
     ConvergenceConfig); on convergence the run jumps to its end: the pending tool calls are
     answered as not run, and a final AIMessage carries the best answer. The final state's
-    ``gravity`` key holds ``{"answer", "reason", "detail", "steps", "converged"}``.
+    ``gravity`` key holds ``{"answer", "reason", "detail", "steps", "converged"}``; a run gravity
+    did not end reports ``model_ended`` (the model answered, or gave its structured response) or
+    ``stopped_by_agent`` (another middleware, such as a call limit, ended it).
     """
 
     state_schema = GravityAgentState
@@ -54,18 +56,15 @@ class GravityMiddleware(AgentMiddleware):
     @hook_config(can_jump_to=["end"])
     def after_model(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
         """Judge the step just taken; end the run when the agent has converged or runs away."""
-        message = state["messages"][-1]
-        if not isinstance(message, AIMessage):
+        # The step's reply is the latest AI message (a structured response adds a tool message after it).
+        message = next((m for m in reversed(state["messages"]) if isinstance(m, AIMessage)), None)
+        if message is None:
             return None
         tracker = self._tracker(state)
         steps = [*state.get("gravity_steps", []), _step_dict(Step.of_message(message))]
         verdict = tracker.observe(Step(**steps[-1]))
         if verdict is None:
-            if message.tool_calls:
-                return {"gravity_steps": steps}
-            outcome = {"answer": message.text.strip(), "reason": "model_ended", "detail": None,
-                       "steps": len(steps), "converged": True}
-            return {"gravity_steps": steps, "gravity": outcome}
+            return {"gravity_steps": steps}
         return {"gravity_steps": steps, "jump_to": "end", "gravity": _outcome(verdict),
                 "messages": _closing_messages(message, verdict)}
 
@@ -73,6 +72,25 @@ class GravityMiddleware(AgentMiddleware):
     async def aafter_model(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
         """Async form of :meth:`after_model`."""
         return self.after_model(state, runtime)
+
+    def before_agent(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
+        """Clear the previous run's outcome (a thread's state outlives its runs)."""
+        return {"gravity": None} if state.get("gravity") is not None else None
+
+    def after_agent(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
+        """Record how a run that gravity did not end, ended: by the model's answer or by another middleware."""
+        if state.get("gravity") is not None:
+            return None
+        last, steps = state["messages"][-1], state.get("gravity_steps", [])
+        # The model ended the run when its last step is the final message (a limit appends its own).
+        by_model = state.get("structured_response") is not None or bool(
+            isinstance(last, AIMessage) and not last.tool_calls and steps and not steps[-1]["calls"]
+            and steps[-1]["answer"] == last.text.strip())
+        answer = state.get("structured_response")
+        if answer is None:
+            answer = last.text.strip() if isinstance(last, AIMessage) else ""
+        return {"gravity": {"answer": answer, "reason": "model_ended" if by_model else "stopped_by_agent",
+                            "detail": None, "steps": len(steps), "converged": by_model}}
 
     def _request(self, request: ModelRequest) -> ModelRequest:
         if self.gravity is None:

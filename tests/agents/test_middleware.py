@@ -81,6 +81,30 @@ async def test_async_runs_converge_the_same_way():
     assert state["gravity"]["reason"] == "repeated_tool_call" and state["gravity"]["answer"] == "10"
 
 
+def test_a_run_another_middleware_ends_says_so():
+    from langchain.agents.middleware import ModelCallLimitMiddleware
+
+    model = ScriptedModel(messages=iter([call(i) for i in range(5)]))
+    graph = create_agent(model, tools=[double], middleware=[GravityMiddleware(),
+                                                            ModelCallLimitMiddleware(run_limit=2)])
+    outcome = graph.invoke({"messages": [("user", "q")]})["gravity"]
+    assert outcome["reason"] == "stopped_by_agent" and not outcome["converged"] and outcome["steps"] == 2
+
+
+def test_a_structured_response_is_the_answer():
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Final(BaseModel):
+        answer: int
+
+    done = AIMessage("", tool_calls=[{"name": "Final", "args": {"answer": 6}, "id": "f", "type": "tool_call"}])
+    model = ScriptedModel(messages=iter([call(3), done]))
+    graph = create_agent(model, tools=[double], middleware=[GravityMiddleware()], response_format=ToolStrategy(Final))
+    outcome = graph.invoke({"messages": [("user", "q")]})["gravity"]
+    assert outcome["reason"] == "model_ended" and outcome["answer"] == Final(answer=6) and outcome["steps"] == 2
+
+
 def test_each_run_starts_fresh_on_a_shared_middleware():
     middleware = GravityMiddleware()
     model = ScriptedModel(messages=iter([call(3), AIMessage("6"), call(3), AIMessage("6")]))
