@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -116,13 +117,35 @@ def _bench_savings(args: argparse.Namespace) -> int:
         report = savings.main(model, tasks, args.methods, args.concurrency,
                               lambda n: savings.ThinkingBudgetBackend(backend, n), Path(args.out), advance)
     bar.close()
+    return _print_report(args, report, savings.table, "savings", "per_item")
+
+
+def _print_report(args: argparse.Namespace, report: dict, table: Callable[[dict], str], name: str,
+                  per_item: str) -> int:
+    """Print a benchmark's report as JSON (without its per-item records) or as its table."""
     report["command"] = " ".join(["agent-gravity", *sys.argv[1:]])
     if args.json:
-        print(json.dumps({k: v for k, v in report.items() if k != "per_item"}))
+        print(json.dumps({k: v for k, v in report.items() if k != per_item}))
     else:
-        print(savings.table(report))
-        print(f"wrote {Path(args.out) / 'savings.json'} and {Path(args.out) / 'savings.png'}")
+        print(table(report))
+        print(f"wrote {Path(args.out) / f'{name}.json'} and {Path(args.out) / f'{name}.png'}")
     return 0
+
+
+def _bench_agents(args: argparse.Namespace) -> int:
+    from agent_gravity._chat_model import ChatGravity
+    from agent_gravity.bench import agents
+    from agent_gravity.bench.agent_tasks import generate_agent_tasks
+
+    if args.tasks < 1 or args.max_steps < 2 or args.concurrency < 1 or (args.low_entropy_steps or 1) < 1:
+        raise SystemExit("--tasks, --concurrency and --low-entropy-steps must be at least 1, --max-steps at least 2")
+    tasks = generate_agent_tasks(args.tasks, args.seed)
+    with contextlib.redirect_stdout(sys.stderr):
+        model = ChatGravity(model=args.model)
+        model.get_backend()
+        report = agents.main(model, tasks, args.concurrency, args.max_steps, args.low_entropy_steps, Path(args.out),
+                             lambda arm: print(f"running the {arm} arm over {len(tasks)} tasks", file=sys.stderr))
+    return _print_report(args, report, agents.table, "agents", "tasks")
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -190,6 +213,17 @@ def build_parser() -> argparse.ArgumentParser:
     sav.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     sav.add_argument("--out", default="artifacts/bench", help="folder for savings.json and savings.png")
     sav.set_defaults(run=_bench_savings)
+    agt = benches.add_parser("agents", help="a create_agent tool agent with and without GravityMiddleware")
+    agt.add_argument("--tasks", type=int, default=60, help="seeded multi-step tasks to run (default 60)")
+    agt.add_argument("--seed", type=int, default=7, help="task-set seed (default 7)")
+    agt.add_argument("--max-steps", type=int, default=8, help="model calls per run in both arms (default 8)")
+    agt.add_argument("--low-entropy-steps", type=int, default=None,
+                     help="also end after K steps whose peak entropy stays low (default: off)")
+    agt.add_argument("--concurrency", type=int, default=8, help="agent runs in flight at once")
+    agt.add_argument("--model", help="a local model folder (default: the embedded model)")
+    agt.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    agt.add_argument("--out", default="artifacts/bench", help="folder for agents.json and agents.png")
+    agt.set_defaults(run=_bench_agents)
     cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
     cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")
     cal.add_argument("--items", type=int, default=40, help="warm-up reasoning items (default 40)")

@@ -50,6 +50,25 @@ def test_chain_example_runs_prompt_model_parser(chat, capsys):
     assert len(lines) == 2 and all(" -> " in line and line.split(" -> ")[1] for line in lines)
 
 
+def test_agent_example_ends_the_loop_early_with_the_middleware(chat, capsys):
+    runpy.run_path(str(EXAMPLES / "agent_tools.py"), run_name="__main__")
+    without, with_ = capsys.readouterr().out.strip().splitlines()
+    calls = [int(line.split(": ")[1].split(" model calls")[0]) for line in (without, with_)]
+    assert with_.startswith("with GravityMiddleware") and "why=" in with_
+    assert calls[1] <= calls[0]
+
+
+def test_loop_decorator_example_reports_answer_reason_and_steps(chat, capsys, spans):
+    runpy.run_path(str(EXAMPLES / "loop_decorator.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "answer=" in out and "reason=" in out and "steps_saved=" in out
+    finished = spans.get_finished_spans()
+    agent, = [s for s in finished if s.name == "invoke_agent solve"]
+    children = [s for s in finished if s.parent and s.parent.span_id == agent.context.span_id]
+    assert any(s.name.startswith("chat ") for s in children)
+    assert all(s.name.startswith(("chat ", "execute_tool ")) for s in children)
+
+
 def test_table_puts_baseline_and_gravity_side_by_side():
     runs = [DemoRun("Q one?", "baseline", "8", 40, 30, False, "model_ended", 2.0, [0.1] * 40),
             DemoRun("Q one?", "gravity", "8", 20, 10, True, "gravity", 1.0, [0.1] * 20,
