@@ -67,6 +67,7 @@ class _Call:
     config: GravityConfig
     task: str | None = None
     tools: ToolSet | None = None
+    from_profile: bool = False
 
 
 # Scanning the vocabulary costs milliseconds: once per backend (and marker), not once per call.
@@ -288,6 +289,7 @@ class ChatGravity(BaseChatModel):
             checked = type(self).model_validate(opts)
             opts = {k: getattr(checked, k) for k in _OVERRIDES}
         config: GravityConfig = opts["gravity"]
+        from_profile = self._profile is not None and config is self.gravity
         if schema is not None or tools:  # the grammar covers the output: no reasoning phase under it
             config = config.model_copy(update={"reasoning": None})
         chat = with_tools(to_chat_dicts(messages), tools.offered if tools else ())
@@ -322,7 +324,7 @@ class ChatGravity(BaseChatModel):
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"])
-        return _Call(backend, request, fmt, params, config, opts["task"], tools)
+        return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
 
     @staticmethod
     def _tool_set(tools: list[dict[str, Any]] | None, choice: Any, schema: dict | None) -> ToolSet | None:
@@ -331,7 +333,8 @@ class ChatGravity(BaseChatModel):
             if choice is not None:
                 raise InvalidCallOptionError("tool_choice was passed without tools; bind them with bind_tools")
             return None
-        tool_set = ToolSet(convert_tools(tools), _tool_choice(choice, [t["function"]["name"] for t in tools]))
+        converted = convert_tools(tools)
+        tool_set = ToolSet(converted, _tool_choice(choice, [t["function"]["name"] for t in converted]))
         if schema is not None and tool_set.offered:
             raise InvalidCallOptionError("a call cannot both offer tools and hold its answer to a structured-output "
                                          "schema; use bind_tools or with_structured_output, not both")
@@ -346,7 +349,7 @@ class ChatGravity(BaseChatModel):
 
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
         usage = usage_metadata(result)
-        profile = self._profile if call.config is self.gravity else None
+        profile = self._profile if call.from_profile else None
         gravity = {**gravity_metadata(result), "profile": profile, "task": call.task}
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
@@ -388,7 +391,8 @@ class ChatGravity(BaseChatModel):
         rest, parsed = splitter.close()
         chunks = [ToolCallChunk(name=c["name"], args=json.dumps(c["args"], ensure_ascii=False), id=c["id"],
                                 index=i, type="tool_call_chunk") for i, c in enumerate(parsed.tool_calls)]
-        chunks += [ToolCallChunk(name=c["name"], args=c["args"], id=c["id"], index=len(chunks) + i,
+        # LangChain rebuilds a stream's calls from its chunks: a bad call's args must not parse to a dict there.
+        chunks += [ToolCallChunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=len(chunks) + i,
                                  type="tool_call_chunk") for i, c in enumerate(parsed.invalid_tool_calls)]
         return ChatGenerationChunk(message=AIMessageChunk(
             content=rest, tool_call_chunks=chunks, id=item.response_id, chunk_position="last",

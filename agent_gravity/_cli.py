@@ -137,7 +137,8 @@ def _bench_agents(args: argparse.Namespace) -> int:
     from agent_gravity.bench import agents
     from agent_gravity.bench.agent_tasks import generate_agent_tasks
 
-    if args.tasks < 1 or args.max_steps < 2 or args.concurrency < 1 or (args.low_entropy_steps or 1) < 1:
+    if args.tasks < 1 or args.max_steps < 2 or args.concurrency < 1 or (
+            args.low_entropy_steps is not None and args.low_entropy_steps < 1):
         raise SystemExit("--tasks, --concurrency and --low-entropy-steps must be at least 1, --max-steps at least 2")
     tasks = generate_agent_tasks(args.tasks, args.seed)
     with contextlib.redirect_stdout(sys.stderr):

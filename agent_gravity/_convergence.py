@@ -95,8 +95,13 @@ class ConvergenceTracker:
     """Tool results seen so far, oldest first: the best answer when the model never wrote one."""
 
     def observe(self, step: Step) -> Verdict | None:
-        """Record ``step``; return a Verdict when the loop should end after it."""
+        """Record ``step``; return a Verdict when the loop should end after it.
+
+        A step that asks for no tool call ends the loop by itself: it is recorded, never judged.
+        """
         self.steps.append(step)
+        if not step.calls:
+            return None
         n, cfg = len(self.steps), self.config
         if cfg.same_answer and (verdict := self._same_answer(cfg.same_answer)):
             return verdict
@@ -107,7 +112,7 @@ class ConvergenceTracker:
             if all(e < cfg.entropy_threshold for e in recent):  # NaN compares False: no trace, no verdict
                 return self._verdict("low_entropy", f"peak entropy under {cfg.entropy_threshold} nats for "
                                                     f"{cfg.low_entropy_steps} steps (last {recent[-1]:.3f})")
-        if n >= cfg.max_steps and step.calls:
+        if n >= cfg.max_steps:
             return self._verdict("max_steps", f"no convergence after {n} steps; stopped as a runaway loop")
         return None
 

@@ -35,7 +35,8 @@ class LoopResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     answer: Any
-    """What the loop function returned, or the best answer the tracker holds when it returned None."""
+    """What the loop function returned; when it returned None after the loop was ended (converged or
+    stopped), the best answer the tracker holds."""
     reason: str
     """``model_ended`` (the function returned), or the convergence reason (``same_answer``,
     ``repeated_tool_call``, ``low_entropy``), or ``max_steps`` for a runaway loop."""
@@ -79,7 +80,8 @@ class AgentLoop:
     def _tool_result(self, result: Any, call: ToolCall) -> ToolMessage:
         message = result if isinstance(result, ToolMessage) else ToolMessage(
             content=str(result), tool_call_id=call["id"], name=call["name"])
-        self.tracker.tool_result(message.text)
+        if message.status != "error":  # as in the middleware: a failed tool gives no answer
+            self.tracker.tool_result(message.text)
         return message
 
     def result(self, returned: Any) -> LoopResult:
@@ -97,16 +99,19 @@ class AgentLoop:
                           steps_saved=steps_saved(verdict, steps, self.config.max_steps))
 
 
-def gravity_loop(max_steps: int = 12, converge: ConvergenceConfig | None = None,
+def gravity_loop(max_steps: int | None = None, converge: ConvergenceConfig | None = None,
                  name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., LoopResult]]:
     """Decorate an agent loop function that takes ``loop: AgentLoop``; calling it returns a LoopResult.
 
     The function iterates ``loop``, reports each reply with ``loop.step`` and runs tools with
-    ``loop.call_tool``. Iteration ends once the steps converge or ``max_steps`` is reached. The
+    ``loop.call_tool``. Iteration ends once the steps converge or ``max_steps`` (default: the
+    ``converge`` config's, 12) is reached. The
     run is one ``invoke_agent {name}`` span; model and tool calls nest under it. Works on
     ``def`` and ``async def`` functions alike.
     """
-    config = (converge or ConvergenceConfig()).model_copy(update={"max_steps": max_steps})
+    config = converge or ConvergenceConfig()
+    if max_steps is not None:  # validated like any other setting
+        config = ConvergenceConfig(**{**config.model_dump(), "max_steps": max_steps})
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., LoopResult]:
         if "loop" not in inspect.signature(fn).parameters:

@@ -11,8 +11,7 @@ from typing import Annotated, Any, NotRequired
 from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
-from langchain_core.messages import AIMessage, ToolMessage
-from langgraph.channels.untracked_value import UntrackedValue
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
 from agent_gravity._config import GravityConfig
 from agent_gravity._convergence import ConvergenceConfig, ConvergenceTracker, Step, Verdict
@@ -22,7 +21,7 @@ class GravityAgentState(AgentState):
     """Agent state with gravity's outcome: ``gravity`` holds the answer, the reason and the step count."""
 
     gravity: NotRequired[dict[str, Any]]
-    gravity_steps: NotRequired[Annotated[list[dict[str, Any]], UntrackedValue, PrivateStateAttr]]
+    gravity_steps: NotRequired[Annotated[list[dict[str, Any]], PrivateStateAttr]]
 
 
 class GravityMiddleware(AgentMiddleware):
@@ -61,12 +60,16 @@ class GravityMiddleware(AgentMiddleware):
         if message is None:
             return None
         tracker = self._tracker(state)
-        steps = [*state.get("gravity_steps", []), _step_dict(Step.of_message(message))]
-        verdict = tracker.observe(Step(**steps[-1]))
+        # Calls the model node already answered (a structured response) do not continue the run.
+        answered = {m.tool_call_id for m in state["messages"] if isinstance(m, ToolMessage)}
+        pending = [c for c in message.tool_calls if c["id"] not in answered]
+        step = Step.of_message(message.model_copy(update={"tool_calls": pending}))
+        steps = [*state.get("gravity_steps", []), _step_dict(step)]
+        verdict = tracker.observe(step)
         if verdict is None:
             return {"gravity_steps": steps}
         return {"gravity_steps": steps, "jump_to": "end", "gravity": _outcome(verdict),
-                "messages": _closing_messages(message, verdict)}
+                "messages": _closing_messages(pending, verdict)}
 
     @hook_config(can_jump_to=["end"])
     async def aafter_model(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
@@ -74,8 +77,8 @@ class GravityMiddleware(AgentMiddleware):
         return self.after_model(state, runtime)
 
     def before_agent(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
-        """Clear the previous run's outcome (a thread's state outlives its runs)."""
-        return {"gravity": None} if state.get("gravity") is not None else None
+        """Start the run's record afresh (a thread's state outlives its runs; a resumed run keeps its own)."""
+        return {"gravity": None, "gravity_steps": []}
 
     def after_agent(self, state: GravityAgentState, runtime: Any) -> dict[str, Any] | None:
         """Record how a run that gravity did not end, ended: by the model's answer or by another middleware."""
@@ -88,7 +91,7 @@ class GravityMiddleware(AgentMiddleware):
             and steps[-1]["answer"] == last.text.strip())
         answer = state.get("structured_response")
         if answer is None:
-            answer = last.text.strip() if isinstance(last, AIMessage) else ""
+            answer = last.text.strip() if by_model else self._tracker(state).best_answer()
         return {"gravity": {"answer": answer, "reason": "model_ended" if by_model else "stopped_by_agent",
                             "detail": None, "steps": len(steps), "converged": by_model}}
 
@@ -113,7 +116,7 @@ def _step_dict(step: Step) -> dict[str, Any]:
 
 
 def _run_start(messages: list[Any], steps: int) -> int:
-    """Index of the first message of this run: just before its first AI message."""
+    """Index of this run's first AI message (its tool results all come after it)."""
     ai = [i for i, m in enumerate(messages) if isinstance(m, AIMessage)]
     return ai[-(steps + 1)] if steps + 1 <= len(ai) else 0
 
@@ -123,10 +126,10 @@ def _outcome(verdict: Verdict) -> dict[str, Any]:
             "steps": verdict.step, "converged": verdict.converged}
 
 
-def _closing_messages(message: AIMessage, verdict: Verdict) -> list[Any]:
+def _closing_messages(pending: list[ToolCall], verdict: Verdict) -> list[Any]:
     """Answer every pending tool call as not run, then give the best answer as the final message."""
     why = "the agent converged" if verdict.converged else "the agent loop was stopped as a runaway"
     skipped = [ToolMessage(content=f"Not run: {why} ({verdict.detail}).", tool_call_id=c["id"], name=c["name"],
-                           status="error") for c in message.tool_calls]
+                           status="error") for c in pending]
     final = AIMessage(content=verdict.answer, response_metadata={"gravity_agent": _outcome(verdict)})
     return [*skipped, final]

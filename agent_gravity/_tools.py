@@ -14,6 +14,7 @@ its tool's argument schema. Pure functions only.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import uuid
@@ -65,10 +66,11 @@ def convert_tools(tools: Sequence[Any]) -> tuple[dict[str, Any], ...]:
     out = []
     for tool in tools:
         try:
-            converted = convert_to_openai_tool(tool)
+            converted = copy.deepcopy(convert_to_openai_tool(tool))  # it may hand back the caller's own dict
         except Exception as exc:  # noqa: BLE001 - langchain-core raises many kinds for a bad schema
             raise ToolSchemaError(f"cannot render tool {tool!r} as a JSON schema ({exc}); pass a BaseTool, a "
-                                  "function with type hints and a docstring, a pydantic model or an OpenAI tool dict")
+                                  "function with type hints and a docstring, a pydantic model or an OpenAI tool dict"
+                                  ) from exc
         fn = converted.get("function") if converted.get("type") == "function" else None
         if not fn or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise ToolSchemaError(f"tool {tool!r} is not a function tool with a name; only function tools can be "
@@ -94,6 +96,8 @@ def tool_choice(choice: Any, names: Sequence[str]) -> str:
         return _REQUIRED
     if choice is False or choice == _NONE:
         return _NONE
+    if isinstance(choice, dict) and choice.get("type") in ("any", _AUTO, _NONE):  # Anthropic's forms
+        return tool_choice(choice["type"], names)
     if isinstance(choice, dict):
         choice = (choice.get("function") or {}).get("name") or choice.get("name")
     if isinstance(choice, str) and choice in names:
@@ -194,11 +198,15 @@ def parse_output(text: str, tools: ToolSet) -> ParsedOutput:
 
 @dataclass
 class ToolStreamSplitter:
-    """Stream the text before a tool call as it comes; hold the calls back until the output is whole."""
+    """Stream the text before a tool call as it comes; hold the calls back until the output is whole.
+
+    What it releases, then what :meth:`close` returns, add up to the content ``invoke`` gives: white
+    space is held back at both ends until it is known to sit inside the text.
+    """
 
     tools: ToolSet
     _text: str = ""
-    _sent: int = 0
+    _released: str = ""
 
     def feed(self, text: str) -> str:
         """Take the next piece of output; return the content it releases."""
@@ -207,12 +215,12 @@ class ToolStreamSplitter:
             return ""
         at = self._text.find(OPEN)
         end = at if at >= 0 else len(self._text) - marker_suffix(self._text, OPEN)
-        released, self._sent = self._text[self._sent:end], max(self._sent, end)
-        return released
+        visible = self._text[:end].strip()
+        piece = visible[len(self._released):] if visible.startswith(self._released) else ""
+        self._released += piece
+        return piece
 
     def close(self) -> tuple[str, ParsedOutput]:
         """The content still held back, and the whole output parsed."""
-        rest = "" if self.tools.forced else _CALL.sub("", self._text[self._sent:])
-        if not self._text[:self._sent].strip():
-            rest = rest.lstrip()
-        return rest.rstrip(), parse_output(self._text, self.tools)
+        parsed = parse_output(self._text, self.tools)
+        return parsed.content[len(self._released):], parsed

@@ -178,6 +178,10 @@ class LocalVLLMBackend:
         text = self._tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
         return self._tokenizer.encode(text + prefill, add_special_tokens=False)
 
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix, so that a benchmark arm starts as cold as the one before it."""
+        self._llm.reset_prefix_cache()
+
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False)
 

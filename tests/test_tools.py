@@ -36,8 +36,11 @@ def weather(location: str) -> str:
 TOOLS = convert_tools([add, weather])
 
 
-def test_tools_convert_to_function_schemas():
+def test_tools_convert_to_function_schemas_without_touching_the_callers_dicts():
     assert [t["function"]["name"] for t in TOOLS] == ["add", "weather"]
+    mine = {"type": "function", "function": {"name": "f", "description": "f"}}
+    assert convert_tools([mine])[0]["function"]["parameters"] == {"type": "object", "properties": {}}
+    assert "parameters" not in mine["function"]
     assert TOOLS[0]["function"]["parameters"]["required"] == ["a", "b"]
 
 
@@ -58,6 +61,7 @@ def test_two_schemas_under_one_name_both_hold():
 
 
 @pytest.mark.parametrize(("given", "want"), [(None, "auto"), ("auto", "auto"), ("any", "required"), (True, "required"),
+                                             ({"type": "any"}, "required"), ({"type": "tool", "name": "add"}, "add"),
                                              ("required", "required"), ("none", "none"), ("add", "add"),
                                              ({"type": "function", "function": {"name": "weather"}}, "weather")])
 def test_tool_choice_forms(given, want):
@@ -112,5 +116,27 @@ def test_streaming_releases_text_and_holds_calls_back():
     pieces = ["Sure", ", adding.\n<tool", '_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>']
     released = "".join(splitter.feed(p) for p in pieces)
     rest, parsed = splitter.close()
-    assert released == "Sure, adding.\n" and rest == ""
+    assert released == "Sure, adding." and rest == ""
     assert parsed.tool_calls[0]["args"] == {"a": 1, "b": 2}
+
+
+@pytest.mark.parametrize("text", ["  Hello there.\n" + format_call("add", {"a": 1, "b": 2}) + "\n\nAfter text ",
+                                  "Just text, no call.  ", "   ", format_call("add", {"a": 1, "b": 2}),
+                                  "Tail <tool", "a < b and <tool_call>\n{\"name\": \"add\""])
+def test_streamed_content_adds_up_to_what_invoke_gives(text):
+    tools = ToolSet(TOOLS, "auto")
+    splitter = ToolStreamSplitter(tools)
+    released = "".join(splitter.feed(text[i:i + 3]) for i in range(0, len(text), 3))
+    rest, parsed = splitter.close()
+    assert released + rest == parse_output(text, tools).content == parsed.content
+
+
+def test_a_streamed_call_that_does_not_parse_stays_invalid_once_chunks_are_joined():
+    from langchain_core.messages import AIMessageChunk, ToolCallChunk
+
+    for body in ('{"name": "fly", "arguments": {}}', '{"name": "add", "arguments": {"a": 1'):
+        bad = parse_output(f"<tool_call>{body}", ToolSet(TOOLS, "auto")).invalid_tool_calls[0]
+        chunk = AIMessageChunk(content="", tool_call_chunks=[ToolCallChunk(
+            name=bad["name"], args=json.dumps(bad["args"]), id=bad["id"], index=0, type="tool_call_chunk")])
+        joined = AIMessageChunk(content="") + chunk
+        assert joined.tool_calls == [] and len(joined.invalid_tool_calls) == 1

@@ -34,6 +34,11 @@ def test_a_forced_call_is_held_to_its_schema_and_parsed_into_tool_calls(chat):
         assert not gravity["terminated_early"] and not gravity["enabled"] and gravity["entropy"]
 
 
+def test_tools_can_be_passed_per_call(chat):
+    reply = chat.invoke("Weather in Oslo?", tools=[get_weather], tool_choice="any")
+    assert reply.tool_calls[0]["name"] == "get_weather"
+
+
 def test_a_streamed_call_arrives_as_tool_call_chunks_with_usage(chat):
     chunks = list(chat.bind_tools([get_weather], tool_choice="get_weather").stream("Weather in Paris?"))
     last = chunks[-1]

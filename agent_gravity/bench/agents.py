@@ -1,9 +1,10 @@
 """``agent-gravity bench agents``: the same create_agent tool agent with and without GravityMiddleware.
 
 Both arms run the agent a developer would ship: ``create_agent`` with a calculator and a table
-lookup, a ``FinalAnswer`` tool (LangChain's ToolStrategy) and LangChain's own call limit
-(``ModelCallLimitMiddleware``) as the safeguard. The gravity arm adds GravityMiddleware with
-the same step budget. Both arms read the final answer by one rule (see :func:`final_answer`).
+lookup, a ``FinalAnswer`` tool (LangChain's ToolStrategy, so every step is one forced tool call
+and never free text) and LangChain's own call limit (``ModelCallLimitMiddleware``) as the
+safeguard. The gravity arm adds GravityMiddleware with the same step budget. Both arms read the
+final answer by one rule (see :func:`final_answer`), and each starts on a cold prefix cache.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from agent_gravity._chat_model import ChatGravity
 from agent_gravity._convergence import ConvergenceConfig
 from agent_gravity.bench._report import figure, write_json
-from agent_gravity.bench._stats import mean_ci, saving_ci, wilson
+from agent_gravity.bench._stats import difference_ci, mean_ci, saving_ci, wilson
 from agent_gravity.bench.agent_tasks import (
     SYSTEM_PROMPT,
     AgentTask,
@@ -115,13 +116,15 @@ def summarize(base: list[TaskResult], grav: list[TaskResult]) -> dict[str, Any]:
     reasons: dict[str, int] = {}
     for r in grav:
         reasons[r.reason or "none"] = reasons.get(r.reason or "none", 0) + 1
-    agree = sum(_normal(a.answer) == _normal(b.answer) for a, b in zip(base, grav))
+    # Two runs that both found no answer do not count as agreeing.
+    agree = sum(bool(a.answer) and _normal(a.answer) == _normal(b.answer) for a, b in zip(base, grav))
     savings = {
         "calls_saved": saving_ci([r.model_calls for r in base], [r.model_calls for r in grav]),
         "tokens_saved": saving_ci([r.output_tokens for r in base], [r.output_tokens for r in grav]),
         "total_tokens_saved": saving_ci([r.total_tokens for r in base], [r.total_tokens for r in grav]),
         "seconds_saved": saving_ci([r.seconds for r in base], [r.seconds for r in grav]),
         "agreement": wilson(agree, len(base)),
+        "accuracy_change": difference_ci([r.correct for r in base], [r.correct for r in grav]),
     }
     met = {k: savings[k]["value"] >= v for k, v in GOAL.items()}
     return {"arms": arms, "savings": savings, "reasons": reasons, "goal": {**met, "met": all(met.values())}}
@@ -131,8 +134,12 @@ def run(model: ChatGravity, tasks: Sequence[AgentTask], concurrency: int, max_st
         low_entropy_steps: int | None = None, on_arm: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Both arms over ``tasks``; the report with per-task results."""
     results = {}
+    backend = model.get_backend()
     for arm in ARMS:
         on_arm(arm)
+        # At temperature 0 the arms share their first steps: each starts on a cold prefix cache.
+        if hasattr(backend, "reset_prefix_cache"):
+            backend.reset_prefix_cache()
         agent = build_agent(model, arm == "gravity", max_steps, low_entropy_steps)
         results[arm] = run_arm(agent, tasks, concurrency)
     report = summarize(results["baseline"], results["gravity"])
@@ -156,7 +163,8 @@ def table(report: dict[str, Any]) -> str:
     s = report["savings"]
     lines.append(f"saved: calls {_ci(s['calls_saved'], 100)} %, output tokens {_ci(s['tokens_saved'], 100)} %, "
                  f"total tokens {_ci(s['total_tokens_saved'], 100)} %, wall time {_ci(s['seconds_saved'], 100)} %")
-    lines.append(f"final-answer agreement {_ci(s['agreement'], 100)} %; gravity exits {report['reasons']}")
+    lines.append(f"final-answer agreement {_ci(s['agreement'], 100)} %, accuracy change "
+                 f"{_ci(s['accuracy_change'], 100)} points; gravity exits {report['reasons']}")
     g = report["goal"]
     verdicts = ", ".join(f"{k}: {v}" for k, v in g.items() if k != "met")
     lines.append(f"goal (>=30% tokens, >=20% calls, >=95% agreement): {'met' if g['met'] else 'not met'} ({verdicts})")

@@ -70,6 +70,19 @@ async def test_async_loops_work_the_same_way(spans):
     assert [s.name for s in spans.get_finished_spans()][-1] == "invoke_agent solver"
 
 
+def test_a_final_answer_that_repeats_the_last_one_ends_the_loop_as_the_model_ended_it():
+    result = scripted([reply(1, "The answer is 42."), reply(None, "The answer is 42.")], max_steps=8)()
+    assert (result.reason, result.steps_saved, result.answer) == ("model_ended", 0, "The answer is 42.")
+
+
+def test_the_converge_configs_step_budget_holds_unless_max_steps_is_given():
+    fresh = ConvergenceConfig(repeated_call=None, max_steps=3)
+    assert scripted([reply(i) for i in range(10)], converge=fresh)().steps == 3
+    assert scripted([reply(i) for i in range(10)], converge=fresh, max_steps=5)().steps == 5
+    with pytest.raises(ValueError, match="max_steps"):
+        gravity_loop(max_steps=0)
+
+
 def test_a_function_without_a_loop_parameter_is_refused():
     with pytest.raises(TypeError, match="must take a `loop` parameter"):
         gravity_loop()(lambda question: question)

@@ -105,6 +105,32 @@ def test_a_structured_response_is_the_answer():
     assert outcome["reason"] == "model_ended" and outcome["answer"] == Final(answer=6) and outcome["steps"] == 2
 
 
+def test_a_structured_response_on_the_last_step_is_not_judged_again():
+    from langchain.agents.structured_output import ToolStrategy
+    from pydantic import BaseModel
+
+    class Final(BaseModel):
+        answer: int
+
+    done = AIMessage("", tool_calls=[{"name": "Final", "args": {"answer": 2}, "id": "f", "type": "tool_call"}])
+    model = ScriptedModel(messages=iter([call(1), done]))
+    graph = create_agent(model, tools=[double], response_format=ToolStrategy(Final),
+                         middleware=[GravityMiddleware(ConvergenceConfig(max_steps=2))])
+    state = graph.invoke({"messages": [("user", "q")]})
+    assert state["gravity"]["reason"] == "model_ended" and state["structured_response"] == Final(answer=2)
+    answers = [m.tool_call_id for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert sorted(answers) == sorted(set(answers)), "each call has exactly one result"
+
+
+def test_a_stopped_run_reports_the_best_answer_not_the_limit_message():
+    from langchain.agents.middleware import ModelCallLimitMiddleware
+
+    model = ScriptedModel(messages=iter([call(i) for i in range(1, 6)]))
+    graph = create_agent(model, tools=[double], middleware=[GravityMiddleware(),
+                                                            ModelCallLimitMiddleware(run_limit=2)])
+    assert graph.invoke({"messages": [("user", "q")]})["gravity"]["answer"] == "4"
+
+
 def test_each_run_starts_fresh_on_a_shared_middleware():
     middleware = GravityMiddleware()
     model = ScriptedModel(messages=iter([call(3), AIMessage("6"), call(3), AIMessage("6")]))

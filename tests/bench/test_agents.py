@@ -72,12 +72,17 @@ def test_summary_reports_savings_and_agreement_with_intervals():
     assert report["savings"]["agreement"]["value"] == pytest.approx(0.9)
     assert report["goal"] == {"tokens_saved": True, "calls_saved": True, "agreement": False, "met": False}
     assert report["reasons"] == {"repeated_tool_call": 10}
+    assert report["savings"]["accuracy_change"]["value"] == pytest.approx(-0.1)
     assert "agreement 90.0" in table(report)
+    empty = [TaskResult("0", "", False, 8, 80, 800, 2.0, None)]
+    assert summarize(empty, empty)["savings"]["agreement"]["value"] == 0, "no answer on both sides is no agreement"
 
 
 def test_bad_bench_arguments_are_refused():
     with pytest.raises(SystemExit, match="--tasks"):
         main(["bench", "agents", "--tasks", "0"])
+    with pytest.raises(SystemExit, match="--low-entropy-steps"):
+        main(["bench", "agents", "--low-entropy-steps", "0"])
 
 
 def test_a_reduced_run_compares_both_arms_on_the_real_engine(chat, capsys, tmp_path):
