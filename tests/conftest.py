@@ -39,3 +39,12 @@ def chat():
     model = ChatGravity()
     model.get_backend()
     return model
+
+
+@pytest.fixture(scope="session")
+def transformers_backend():
+    """The embedded model on the transformers backend, loaded once per run."""
+    from agent_gravity import _model_store
+    from agent_gravity.backends.local_transformers import TransformersBackend, TransformersSettings
+
+    return TransformersBackend(TransformersSettings(str(_model_store.pull())), _model_store.DEFAULT_MODEL.name)

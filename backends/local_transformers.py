@@ -1,0 +1,236 @@
+"""Backend: Hugging Face transformers in this process, CPU or GPU, with a session KV cache it fully controls.
+
+Every decode step computes the exact entropy of the next-token distribution with our kernel and
+lets the same Steering state machine as the vLLM backend decide, so traces and exits match. A
+conversation's KV cache is kept across turns (``GenerationRequest.session``): an unchanged history
+is never prefilled again, and KV trim policies act on that cache directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agent_gravity._errors import EngineError, EngineTimeoutError, ModelNotFoundError, SchemaNotEnforceableError
+from agent_gravity._steering import Steering
+from agent_gravity.backends._steered_rows import SteeredRows, Track
+from agent_gravity.backends.base import (
+    GenerationDelta,
+    GenerationRequest,
+    GenerationResult,
+    SamplingSettings,
+    StreamItem,
+)
+
+
+@dataclass(frozen=True)
+class TransformersSettings:
+    """What identifies a transformers engine."""
+
+    model_dir: str
+    max_model_len: int = 4096
+    dtype: str = "float32"
+    device: str = "cpu"
+    seed: int = 0
+
+    def check_model_dir(self) -> None:
+        """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
+        if not Path(self.model_dir, "config.json").is_file():
+            raise ModelNotFoundError(
+                f"model folder {self.model_dir!r} does not exist or has no config.json; "
+                "give a local Hugging Face model folder, or omit the model to use the embedded default")
+
+
+def _unsupported(s: SamplingSettings) -> str | None:
+    if s.json_schema is not None or s.structural_tag is not None:
+        return ("the transformers backend has no grammar engine, so it cannot hold output to a schema; use the "
+                "vLLM backend for structured output and tool calls")
+    if s.thinking_token_budget is not None:
+        return "thinking_token_budget is vLLM's own cap; the transformers backend does not have it"
+    return None
+
+
+class TransformersBackend:
+    """transformers in this process: exact per-token entropy, gravity exits, one request at a time."""
+
+    provider = "transformers"
+
+    def __init__(self, settings: TransformersSettings, model_name: str | None = None) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        settings.check_model_dir()
+        self.settings = settings
+        self.model_name = model_name or Path(settings.model_dir).name
+        self.max_context = settings.max_model_len
+        self._device = torch.device(settings.device)
+        self._tokenizer = AutoTokenizer.from_pretrained(settings.model_dir, local_files_only=True)
+        self._model = AutoModelForCausalLM.from_pretrained(
+            settings.model_dir, local_files_only=True, dtype=getattr(torch, settings.dtype)).to(self._device)
+        self._model.eval()
+        eos = {self._tokenizer.eos_token_id, *_as_list(self._model.generation_config.eos_token_id)}
+        self.eos_ids = tuple(sorted(i for i in eos if i is not None))
+        self._lock = threading.Lock()
+        self._rows = SteeredRows(1, self._device)
+
+    def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
+        text = self._tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return self._tokenizer.encode(text + prefill, add_special_tokens=False)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    @functools.cached_property
+    def token_texts(self) -> list[str]:
+        return [self.decode([i]) for i in range(len(self._tokenizer))]
+
+    def single_token_id(self, text: str) -> int | None:
+        """The id of ``text`` when the vocabulary holds it as one token."""
+        ids = self.encode(text)
+        return ids[0] if len(ids) == 1 else None
+
+    def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
+        problem = _unsupported(request.sampling)
+        if problem:
+            raise SchemaNotEnforceableError(problem)
+        with self._lock:
+            yield from _Decode(self, request).run()
+
+    async def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
+        items = self.stream(request)
+        done = object()
+        while (item := await asyncio.to_thread(next, items, done)) is not done:
+            yield item
+
+    def forward(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
+        """Feed ``ids`` after what ``cache`` holds; return the last position's logits ``[vocab]``."""
+        with torch.no_grad():  # not inference_mode: steering edits the logits in place
+            out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache, use_cache=True)
+        return out.logits[0, -1].float()
+
+    def new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self._model.config)
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+class _Decode:
+    """One request's decode loop: prefill, then one steered, sampled token per step."""
+
+    def __init__(self, backend: TransformersBackend, request: GenerationRequest) -> None:
+        self.backend, self.request = backend, request
+        self.s = request.sampling
+        self.steering = Steering(request.steering) if request.steering is not None else None
+        self.track = Track(self.steering) if self.steering is not None else None
+        self.cache = backend.new_cache()
+        self.output: list[int] = []
+        self.entropy: list[float] = []
+        self.logprobs: list[dict[int, float]] | None = [] if self.s.logprobs is not None else None
+        self.generator = torch.Generator(device=backend._device)
+        self.generator.manual_seed(self.s.seed if self.s.seed is not None else backend.settings.seed)
+        self.deadline = None if request.timeout is None else time.monotonic() + request.timeout
+        if self.steering is not None and self.steering.probes is not None:
+            self.steering.prober = self._probe
+
+    def run(self) -> Iterator[StreamItem]:
+        response_id = f"chatcmpl-{uuid.uuid4().hex}"
+        try:
+            logits = self.backend.forward(self.request.prompt_ids, self.cache)
+        except RuntimeError as exc:
+            raise EngineError(f"generation failed in the transformers engine: {exc}") from exc
+        sent, finish = 0, "length"
+        while len(self.output) < self.s.max_tokens:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise EngineTimeoutError(f"generation took longer than its timeout of {self.request.timeout} s and "
+                                         "was aborted; raise `timeout`, or lower the token budgets")
+            token = self._sample(logits)
+            self.output.append(token)
+            if token in self.backend.eos_ids:
+                finish = "stop"
+                break
+            text = self.backend.decode(self.output)
+            stop_at = _stop_index(text, self.s.stop)
+            if stop_at is not None:
+                finish, text = "stop", text[:stop_at]
+                yield from self._delta(text[sent:], self.output[-1:])
+                sent = len(text)
+                break
+            delta, sent = text[sent:], len(text)
+            yield from self._delta(delta, [token])
+            logits = self.backend.forward([token], self.cache)
+        text = self.backend.decode(self.output)
+        if finish == "stop" and (stop_at := _stop_index(text, self.s.stop)) is not None:
+            text = text[:stop_at]
+        yield GenerationResult(response_id=response_id, token_ids=list(self.output), text=text, finish_reason=finish,
+                               prompt_tokens=len(self.request.prompt_ids), entropy=list(self.entropy),
+                               steering=self.steering, logprobs=self.logprobs)
+
+    def _delta(self, text: str, ids: list[int]) -> Iterator[GenerationDelta]:
+        yield GenerationDelta(ids, text, self.entropy[-len(ids):] if self.entropy else [])
+
+    def _sample(self, logits: torch.Tensor) -> int:
+        if self.logprobs is not None:  # the model's own distribution, before any steering
+            lp = torch.log_softmax(logits, dim=-1)
+            values, ids = torch.topk(lp, lp.numel() if self.s.logprobs == -1 else self.s.logprobs)
+            self.logprobs.append(dict(zip(ids.tolist(), values.tolist())))
+        row = logits.unsqueeze(0)
+        if self.track is not None:
+            self.backend._rows.apply(row, [0], [self.track])
+            self.entropy.append(self.track.steering.entropy[len(self.output)])
+        token = _choose(row[0], self.s, self.generator)
+        if self.track is not None:
+            self.track.output_ids.append(token)
+        return token
+
+    def _probe(self, generated: list[int]) -> None:
+        """Answer probe: greedy tokens after ``generated`` up to a line break, on this cache, then undone."""
+        steering = self.steering
+        assert steering is not None and steering.probes is not None
+        keep = self.cache.get_seq_length()  # the prompt and the output so far
+        logits = self.backend.forward(generated[len(self.output):], self.cache)
+        ids: list[int] = []
+        for _ in range(steering.probes.spec.tokens):
+            token = int(torch.argmax(logits))
+            if token in self.backend.eos_ids:
+                break
+            ids.append(token)
+            if "\n" in self.backend.decode(ids):
+                break
+            logits = self.backend.forward([token], self.cache)
+        self.cache.crop(keep - self.cache.get_seq_length())  # negative: drop the probe's tokens
+        steering.probe_answered(self.backend.decode(ids).split("\n")[0], len(ids))
+
+
+def _stop_index(text: str, stops: Sequence[str]) -> int | None:
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None
+
+
+def _choose(row: torch.Tensor, s: SamplingSettings, generator: torch.Generator) -> int:
+    """Greedy at temperature 0; else temperature and nucleus (top-p) sampling."""
+    if s.temperature == 0.0 or torch.isinf(row).sum() == row.numel() - 1:
+        return int(torch.argmax(row))
+    probs = torch.softmax(row / s.temperature, dim=-1)
+    if s.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        outside = torch.cumsum(sorted_probs, dim=-1) - sorted_probs > s.top_p
+        sorted_probs[outside] = 0.0
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator))
