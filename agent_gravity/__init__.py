@@ -23,6 +23,7 @@ _EXPORTS = {
     "LoopResult": "agent_gravity._loop",
     "SchemaNotEnforceableError": "agent_gravity._errors",
     "ToolSchemaError": "agent_gravity._errors",
+    "SessionNotFoundError": "agent_gravity._errors",
     "load_profile": "agent_gravity._profile",
     "ContextLengthError": "agent_gravity._errors",
     "EngineError": "agent_gravity._errors",
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         ModelCacheError,
         ModelNotFoundError,
         SchemaNotEnforceableError,
+        SessionNotFoundError,
         ToolSchemaError,
     )
     from agent_gravity._loop import AgentLoop, LoopResult, gravity_loop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import uuid
@@ -52,7 +53,7 @@ from agent_gravity.backends.base import (
     drain,
 )
 
-_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model")
+_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model", "conversation_id")
 _PER_CALL_ONLY = ("response_format", "ls_structured_output_format", "tools", "tool_choice")
 
 
@@ -162,6 +163,10 @@ class ChatGravity(BaseChatModel):
     max_retries: int = Field(0, ge=0)
     """LangChain's standard parameter. The local engine has no transient failures worth retrying
     (a failed engine is stopped, not flaky), so it is accepted and has no effect there."""
+    conversation_id: str | None = None
+    """Keep this conversation's KV cache across calls on a backend that has sessions (transformers), so an
+    unchanged history is never prefilled again; also a per-call option. The vLLM backend reuses unchanged
+    prefixes by itself (prefix caching)."""
     streaming: bool = False
     """``invoke`` streams under the hood (LangChain's convention); the result is the same message."""
     max_model_len: int = Field(4096, ge=16)
@@ -323,7 +328,7 @@ class ChatGravity(BaseChatModel):
             structural_tag=auto_grammar(tools.offered) if tools and not forced else None)
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
-        request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"])
+        request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"])
         return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
 
     @staticmethod
@@ -350,7 +355,8 @@ class ChatGravity(BaseChatModel):
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
         usage = usage_metadata(result)
         profile = self._profile if call.from_profile else None
-        gravity = {**gravity_metadata(result), "profile": profile, "task": call.task}
+        gravity = {**gravity_metadata(result), "profile": profile, "task": call.task,
+                   "session": dataclasses.asdict(result.session) if result.session else None}
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
         return {

@@ -42,6 +42,13 @@ class SchemaNotEnforceableError(InvalidCallOptionError, ValueError):
     """A structured-output or tool schema the engine's grammar cannot enforce."""
 
 
+class SessionNotFoundError(GravityError, ModelInvalidRequestError, KeyError):
+    """A KV session that does not exist (trimmed or ended before it was made, or already ended)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 class EngineError(GravityError, ModelAPIError, RuntimeError):
     """The engine failed while generating, or was closed."""
 

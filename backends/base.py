@@ -37,6 +37,8 @@ class GenerationRequest:
     steering: SteeringSpec | None = None
     timeout: float | None = None
     """Seconds the whole generation may take; past it the request is aborted with EngineTimeoutError."""
+    session: str | None = None
+    """A conversation id: a backend that keeps session KV caches reuses this conversation's cache."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,22 @@ class GenerationResult:
     steering: Steering | None = None
     logprobs: list[dict[int, float]] | None = None
     """Per generated token, the log-probabilities asked for with ``SamplingSettings.logprobs``."""
+    session: SessionReport | None = None
+    """What the backend's session cache did for this request; None without a session."""
+
+
+@dataclass(frozen=True)
+class SessionReport:
+    """How a request used its conversation's KV cache."""
+
+    id: str
+    reused_tokens: int
+    """Prompt tokens whose KV came from the session cache: never prefilled again."""
+    prefilled_tokens: int
+    kv_bytes: int
+    """Bytes the session's KV cache holds after the request."""
+    reset: str | None = None
+    """Why the session started over (its history changed), or None."""
 
 
 StreamItem = GenerationDelta | GenerationResult

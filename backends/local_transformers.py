@@ -20,7 +20,13 @@ from typing import Any
 
 import torch
 
-from agent_gravity._errors import EngineError, EngineTimeoutError, ModelNotFoundError, SchemaNotEnforceableError
+from agent_gravity._errors import (
+    EngineError,
+    EngineTimeoutError,
+    ModelNotFoundError,
+    SchemaNotEnforceableError,
+    SessionNotFoundError,
+)
 from agent_gravity._steering import Steering
 from agent_gravity.backends._steered_rows import SteeredRows, Track
 from agent_gravity.backends.base import (
@@ -28,8 +34,34 @@ from agent_gravity.backends.base import (
     GenerationRequest,
     GenerationResult,
     SamplingSettings,
+    SessionReport,
     StreamItem,
 )
+
+
+@dataclass
+class KVSession:
+    """One conversation's KV cache and the token ids it holds, in order."""
+
+    cache: Any
+    ids: list[int]
+    trimmed: bool = False
+    """Entries were evicted: only a prompt that extends ``ids`` whole may reuse the cache."""
+
+    def nbytes(self) -> int:
+        """Bytes the cache's key and value tensors hold."""
+        return sum(t.numel() * t.element_size() for layer in self.cache.layers
+                   for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two id sequences."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
@@ -80,6 +112,7 @@ class TransformersBackend:
         self.eos_ids = tuple(sorted(i for i in eos if i is not None))
         self._lock = threading.Lock()
         self._rows = SteeredRows(1, self._device)
+        self.sessions: dict[str, KVSession] = {}
 
     def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
         text = self._tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
@@ -124,6 +157,42 @@ class TransformersBackend:
 
         return DynamicCache(config=self._model.config)
 
+    def session(self, session_id: str) -> KVSession:
+        """A conversation's session; SessionNotFoundError names the ones there are."""
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            known = ", ".join(sorted(self.sessions)) or "none yet"
+            raise SessionNotFoundError(f"no KV session {session_id!r}; sessions are made by calls with that "
+                                       f"conversation id (known: {known})") from None
+
+    def end_session(self, session_id: str) -> None:
+        """Forget a conversation's KV cache and free its memory."""
+        with self._lock:
+            self.session(session_id)
+            del self.sessions[session_id]
+
+    def _attach(self, request: GenerationRequest) -> tuple[Any, int, str | None]:
+        """The cache to decode on, how many prompt tokens it already holds, and why it was reset (or None)."""
+        if request.session is None:
+            return self.new_cache(), 0, None
+        prompt, old = list(request.prompt_ids), self.sessions.get(request.session)
+        if old is None:
+            return self._fresh(request.session), 0, None
+        n = min(common_prefix(old.ids, prompt), len(prompt) - 1)  # the last prompt token is fed for its logits
+        if n < len(old.ids) and old.trimmed:
+            return self._fresh(request.session), 0, (
+                f"conversation {request.session!r} came back with a different history than its trimmed cache "
+                "holds; it started a new session, so no answer comes from a stale cache")
+        if n < len(old.ids):
+            old.cache.crop(n - len(old.ids))
+            del old.ids[n:]
+        return old.cache, n, None
+
+    def _fresh(self, session_id: str) -> Any:
+        self.sessions[session_id] = KVSession(self.new_cache(), [])
+        return self.sessions[session_id].cache
+
 
 def _as_list(value: Any) -> list[int]:
     if value is None:
@@ -132,14 +201,14 @@ def _as_list(value: Any) -> list[int]:
 
 
 class _Decode:
-    """One request's decode loop: prefill, then one steered, sampled token per step."""
+    """One request's decode loop: prefill what the cache lacks, then one steered, sampled token per step."""
 
     def __init__(self, backend: TransformersBackend, request: GenerationRequest) -> None:
         self.backend, self.request = backend, request
         self.s = request.sampling
         self.steering = Steering(request.steering) if request.steering is not None else None
         self.track = Track(self.steering) if self.steering is not None else None
-        self.cache = backend.new_cache()
+        self.cache, self.reused, self.reset = backend._attach(request)
         self.output: list[int] = []
         self.entropy: list[float] = []
         self.logprobs: list[dict[int, float]] | None = [] if self.s.logprobs is not None else None
@@ -152,7 +221,7 @@ class _Decode:
     def run(self) -> Iterator[StreamItem]:
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         try:
-            logits = self.backend.forward(self.request.prompt_ids, self.cache)
+            logits = self.backend.forward(self.request.prompt_ids[self.reused:], self.cache)
         except RuntimeError as exc:
             raise EngineError(f"generation failed in the transformers engine: {exc}") from exc
         sent, finish = 0, "length"
@@ -180,7 +249,17 @@ class _Decode:
             text = text[:stop_at]
         yield GenerationResult(response_id=response_id, token_ids=list(self.output), text=text, finish_reason=finish,
                                prompt_tokens=len(self.request.prompt_ids), entropy=list(self.entropy),
-                               steering=self.steering, logprobs=self.logprobs)
+                               steering=self.steering, logprobs=self.logprobs, session=self._close_session())
+
+    def _close_session(self) -> SessionReport | None:
+        """Record what the session's cache now holds: the prompt and every output token fed back."""
+        session_id = self.request.session
+        if session_id is None:
+            return None
+        session = self.backend.sessions[session_id]
+        session.ids = [*self.request.prompt_ids, *self.output][:self.cache.get_seq_length()]
+        return SessionReport(session_id, self.reused, len(self.request.prompt_ids) - self.reused, session.nbytes(),
+                             self.reset)
 
     def _delta(self, text: str, ids: list[int]) -> Iterator[GenerationDelta]:
         yield GenerationDelta(ids, text, self.entropy[-len(ids):] if self.entropy else [])

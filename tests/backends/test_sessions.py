@@ -1,0 +1,49 @@
+"""Session KV caches on the transformers backend: reused across turns, never stale, really freed."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from agent_gravity import ChatGravity, GravityConfig, SessionNotFoundError
+from agent_gravity.backends.local_transformers import common_prefix
+
+OFF = GravityConfig(enabled=False)
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and common_prefix([], [1]) == 0 == common_prefix([2], [1])
+
+
+def test_a_second_turn_reuses_the_first_turns_cache_and_answers_as_a_fresh_call_would(transformers_backend):
+    chat = ChatGravity(backend=transformers_backend, gravity=OFF, max_tokens=24)
+    first = [HumanMessage("Tom has 3 apples and buys 5 more. How many apples does he have?")]
+    one = chat.invoke(first, conversation_id="turns")
+    s1 = one.response_metadata["gravity"]["session"]
+    assert s1["reused_tokens"] == 0 and s1["prefilled_tokens"] == one.usage_metadata["input_tokens"] and s1["kv_bytes"] > 0
+    second = [*first, AIMessage(one.content), HumanMessage("And if he eats two?")]
+    two = chat.invoke(second, conversation_id="turns")
+    s2 = two.response_metadata["gravity"]["session"]
+    # Everything up to the first turn's reply is reused; the reply itself is rendered anew (no reasoning).
+    assert s1["prefilled_tokens"] - 8 <= s2["reused_tokens"] < s1["prefilled_tokens"] and s2["reset"] is None
+    assert s2["reused_tokens"] + s2["prefilled_tokens"] == two.usage_metadata["input_tokens"]
+    assert s2["kv_bytes"] > s1["kv_bytes"]
+    fresh = chat.invoke(second)
+    assert fresh.content == two.content and fresh.response_metadata["gravity"]["session"] is None
+
+
+def test_a_changed_history_keeps_only_the_shared_prefix(transformers_backend):
+    chat = ChatGravity(backend=transformers_backend, gravity=OFF, max_tokens=12)
+    chat.invoke("Name a colour.", conversation_id="changed")
+    other = chat.invoke("Name an animal.", conversation_id="changed")
+    report = other.response_metadata["gravity"]["session"]
+    assert 0 < report["reused_tokens"] < other.usage_metadata["input_tokens"]
+    assert other.content == chat.invoke("Name an animal.").content
+
+
+def test_sessions_end_and_unknown_ones_are_a_clear_error(transformers_backend):
+    ChatGravity(backend=transformers_backend, gravity=OFF, max_tokens=4).invoke("Hi", conversation_id="gone")
+    transformers_backend.end_session("gone")
+    assert "gone" not in transformers_backend.sessions
+    with pytest.raises(SessionNotFoundError, match="no KV session 'gone'"):
+        transformers_backend.end_session("gone")
