@@ -19,15 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from agent_gravity._errors import (
-    EngineError,
-    EngineTimeoutError,
-    ModelNotFoundError,
-    SchemaNotEnforceableError,
-    SessionNotFoundError,
-)
-from agent_gravity._steering import Steering
+from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
+from agent_gravity.backends._ragged_cache import RaggedCache
+from agent_gravity.backends._ragged_cache import active as ragged_cache_active
+from agent_gravity.backends._ragged_cache import register as register_ragged_attention
 from agent_gravity.backends._steered_rows import SteeredRows, Track
 from agent_gravity.backends.base import (
     GenerationDelta,
@@ -38,20 +33,43 @@ from agent_gravity.backends.base import (
     StreamItem,
 )
 
+from agent_gravity._errors import (
+    EngineError,
+    EngineTimeoutError,
+    ModelNotFoundError,
+    SchemaNotEnforceableError,
+    SessionNotFoundError,
+)
+from agent_gravity._steering import Steering
+from agent_gravity.trim import Budget, LayerStretch, TrimBudgetError, TrimPolicy
+from agent_gravity.trim.protect import exact_value_positions
+
+
+@dataclass(frozen=True)
+class TrimReport:
+    """What one trim did to a session's cache, read from the tensors it really holds."""
+
+    session: str
+    policy: str
+    bytes_before: int
+    bytes_after: int
+    entries_before: int
+    entries_after: int
+
 
 @dataclass
 class KVSession:
     """One conversation's KV cache and the token ids it holds, in order."""
 
-    cache: Any
+    cache: RaggedCache
     ids: list[int]
-    trimmed: bool = False
-    """Entries were evicted: only a prompt that extends ``ids`` whole may reuse the cache."""
+    trimmed_until: int = 0
+    """Entries before this position were trimmed once already and are never trimmed again; a history that
+    changes before it cannot reuse the cache (what it needs may be gone)."""
 
     def nbytes(self) -> int:
-        """Bytes the cache's key and value tensors hold."""
-        return sum(t.numel() * t.element_size() for layer in self.cache.layers
-                   for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None)
+        """Bytes the cache's tensors really hold."""
+        return self.cache.nbytes()
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -105,8 +123,13 @@ class TransformersBackend:
         self.max_context = settings.max_model_len
         self._device = torch.device(settings.device)
         self._tokenizer = AutoTokenizer.from_pretrained(settings.model_dir, local_files_only=True)
+        register_ragged_attention()
         self._model = AutoModelForCausalLM.from_pretrained(
-            settings.model_dir, local_files_only=True, dtype=getattr(torch, settings.dtype)).to(self._device)
+            settings.model_dir, local_files_only=True, dtype=getattr(torch, settings.dtype),
+            attn_implementation=RAGGED).to(self._device)
+        config = self._model.config
+        self._shape = (config.num_hidden_layers, config.num_key_value_heads,
+                       getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
         self._model.eval()
         eos = {self._tokenizer.eos_token_id, *_as_list(self._model.generation_config.eos_token_id)}
         self.eos_ids = tuple(sorted(i for i in eos if i is not None))
@@ -146,16 +169,20 @@ class TransformersBackend:
         while (item := await asyncio.to_thread(next, items, done)) is not done:
             yield item
 
-    def forward(self, ids: Sequence[int], cache: Any) -> torch.Tensor:
+    def forward(self, ids: Sequence[int], cache: RaggedCache) -> torch.Tensor:
         """Feed ``ids`` after what ``cache`` holds; return the last position's logits ``[vocab]``."""
-        with torch.no_grad():  # not inference_mode: steering edits the logits in place
-            out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache, use_cache=True)
+        q, start = len(ids), cache.next_position
+        positions = torch.arange(start, start + q, device=self._device).unsqueeze(0)
+        # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
+        unused_mask = torch.zeros(1, 1, q, start + q, device=self._device)
+        with torch.no_grad(), ragged_cache_active(cache):  # not inference_mode: steering edits logits in place
+            out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
+                              position_ids=positions, attention_mask=unused_mask, use_cache=True)
+        cache.advance(q)
         return out.logits[0, -1].float()
 
-    def new_cache(self) -> Any:
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self._model.config)
+    def new_cache(self) -> RaggedCache:
+        return RaggedCache(*self._shape)
 
     def session(self, session_id: str) -> KVSession:
         """A conversation's session; SessionNotFoundError names the ones there are."""
@@ -165,6 +192,44 @@ class TransformersBackend:
             known = ", ".join(sorted(self.sessions)) or "none yet"
             raise SessionNotFoundError(f"no KV session {session_id!r}; sessions are made by calls with that "
                                        f"conversation id (known: {known})") from None
+
+    def trim(self, session_id: str, policy: TrimPolicy, ratio: float, sinks: int = 4, window: int = 32,
+             protect: bool = True) -> TrimReport:
+        """Trim the stretch of a session's cache written since its last trim: keep the first ``sinks`` and
+        the last ``window`` entries, and of the rest what ``policy`` picks, about ``1 / ratio`` of it per KV
+        head (exact values too, with ``protect``). What is evicted is freed; what stays is never trimmed again.
+        """
+        if ratio < 1:
+            raise TrimBudgetError(f"ratio {ratio} would keep more than there is; use 1 or more (2, 4, 8...)")
+        with self._lock:
+            session = self.session(session_id)
+            cache = session.cache
+            start, end = max(session.trimmed_until, sinks), cache.next_position - window
+            held = sum(map(sum, cache.lengths()))
+            if cache.next_position / ratio < sinks + window:
+                raise TrimBudgetError(
+                    f"keeping 1/{ratio} of the {cache.next_position} tokens in session {session_id!r} cannot hold "
+                    f"its {sinks} sinks and {window}-token window in every head; lower the ratio, or the sinks "
+                    "and window")
+            before = cache.nbytes()
+            if end > start:
+                protected = (exact_value_positions(session.ids, self.token_texts) if protect
+                             else torch.zeros(0, dtype=torch.long))
+                for layer in range(self._shape[0]):
+                    self._trim_layer(cache, layer, policy, Budget(ratio), start, end, protected)
+                session.trimmed_until = end
+            return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())))
+
+    @staticmethod
+    def _trim_layer(cache: RaggedCache, layer: int, policy: TrimPolicy, budget: Budget, start: int, end: int,
+                    protected: torch.Tensor) -> None:
+        heads = cache.heads[layer]
+        inside = [(h.positions >= start) & (h.positions < end) for h in heads]
+        stretch = LayerStretch(layer, [h.keys[m] for h, m in zip(heads, inside)],
+                               [h.positions[m] for h, m in zip(heads, inside)], cache.queries[layer], protected)
+        kept = policy.select(stretch, budget)
+        cache.keep(layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
+                           for m, k in zip(inside, kept)])
 
     def end_session(self, session_id: str) -> None:
         """Forget a conversation's KV cache and free its memory."""
@@ -180,7 +245,7 @@ class TransformersBackend:
         if old is None:
             return self._fresh(request.session), 0, None
         n = min(common_prefix(old.ids, prompt), len(prompt) - 1)  # the last prompt token is fed for its logits
-        if n < len(old.ids) and old.trimmed:
+        if n < old.trimmed_until:  # the history changed inside what was trimmed: the cache cannot be cut back
             return self._fresh(request.session), 0, (
                 f"conversation {request.session!r} came back with a different history than its trimmed cache "
                 "holds; it started a new session, so no answer comes from a stale cache")
@@ -257,7 +322,7 @@ class _Decode:
         if session_id is None:
             return None
         session = self.backend.sessions[session_id]
-        session.ids = [*self.request.prompt_ids, *self.output][:self.cache.get_seq_length()]
+        session.ids = [*self.request.prompt_ids, *self.output][:self.cache.next_position]
         return SessionReport(session_id, self.reused, len(self.request.prompt_ids) - self.reused, session.nbytes(),
                              self.reset)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_gravity.policies.base import GravityPolicy, Lock, Observation
+from agent_gravity._spec import from_spec
 from agent_gravity.policies.all_of import AllOfPolicy
 from agent_gravity.policies.any_of import AnyOfPolicy
+from agent_gravity.policies.base import GravityPolicy, Lock, Observation
 from agent_gravity.policies.cusum import CusumPolicy
 from agent_gravity.policies.ewma import EwmaPolicy
 from agent_gravity.policies.loop import LoopPolicy
@@ -18,16 +19,7 @@ POLICIES: dict[str, type] = {cls.name: cls for cls in (
 
 def policy_from_spec(spec: dict[str, Any]) -> GravityPolicy:
     """Build a fresh policy from ``{"name": ..., **parameters}``; ValueError says what to fix."""
-    if not isinstance(spec, dict):
-        raise ValueError(f"a policy spec is a dict like {{'name': 'window_mean', 'threshold': 0.5}}, got {spec!r}")
-    params = dict(spec)
-    name = params.pop("name", None)
-    if name not in POLICIES:
-        raise ValueError(f"unknown gravity policy {name!r}; choose one of {sorted(POLICIES)}")
-    try:
-        return POLICIES[name](**params)
-    except TypeError as exc:
-        raise ValueError(f"bad parameters for gravity policy {name!r}: {exc}") from exc
+    return from_spec(POLICIES, spec, "gravity policy", "{'name': 'window_mean', 'threshold': 0.5}")
 
 
 __all__ = ["POLICIES", "AllOfPolicy", "AnyOfPolicy", "CusumPolicy", "EwmaPolicy", "GravityPolicy", "Lock",

@@ -6,11 +6,11 @@ import asyncio
 import math
 
 import pytest
+from agent_gravity.backends import Backend, GenerationRequest, SamplingSettings
+from agent_gravity.backends.base import GenerationDelta, GenerationResult, adrain, drain
 
 from agent_gravity import ChatGravity, EngineTimeoutError, GravityConfig
 from agent_gravity._steering import SteeringSpec
-from agent_gravity.backends import Backend, GenerationRequest, SamplingSettings
-from agent_gravity.backends.base import GenerationDelta, GenerationResult, adrain, drain
 
 SIMPLE = "Tom has 3 apples and buys 5 more. How many apples does he have?"
 WINDOW = GravityConfig(policy={"name": "window_mean", "window": 6, "threshold": 0.8, "patience": 1}, probe=None)

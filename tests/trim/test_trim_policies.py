@@ -1,0 +1,122 @@
+"""The shared suite every KV trim policy passes, on the embedded model's real session cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+from agent_gravity import ChatGravity, GravityConfig, SessionNotFoundError
+from agent_gravity.trim import (
+    TRIM_POLICIES,
+    Budget,
+    HeadEntropyPolicy,
+    LayerStretch,
+    TrimBudgetError,
+    TrimPolicy,
+    trim_policy_from_spec,
+)
+from agent_gravity.trim.protect import exact_value_positions
+
+NOISE = "\n".join(f"[INFO] worker-{i} heartbeat ok" for i in range(12))
+HISTORY = [SystemMessage("Answer with the exact value."), HumanMessage("Read the log."), AIMessage("Reading."),
+           HumanMessage(f"LOG:\n{NOISE}\n[WARN] deploy code is K7Q2X9\n{NOISE}"), AIMessage("Noted.")]
+QUESTION = HumanMessage("What is the deploy code?")
+POLICIES = [*(cls() for cls in TRIM_POLICIES.values()),
+            *(cls(protect=not cls().protect) for cls in TRIM_POLICIES.values())]
+SINKS, WINDOW = 4, 32
+
+
+def chat_on(backend) -> ChatGravity:
+    return ChatGravity(backend=backend, gravity=GravityConfig(enabled=False, reasoning=None), max_tokens=8)
+
+
+@pytest.fixture
+def session(transformers_backend, request):
+    sid = f"trim-{request.node.name}"
+    chat_on(transformers_backend).invoke(HISTORY, conversation_id=sid)
+    yield sid
+    transformers_backend.sessions.pop(sid, None)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p.name}-protect={p.protect}")
+def test_every_policy_frees_memory_keeps_sinks_window_and_exact_values_and_the_session_goes_on(
+        transformers_backend, session, policy):
+    backend = transformers_backend
+    assert isinstance(policy, TrimPolicy)
+    cache = backend.sessions[session].cache
+    end = cache.next_position - WINDOW
+    report = backend.trim(session, policy, ratio=4, sinks=SINKS, window=WINDOW)
+    # Protection keeps every digit of the log noise too, so it frees less.
+    assert report.bytes_after == cache.nbytes() < report.bytes_before / (1.2 if policy.protect else 2.5)
+    assert report.entries_after == sum(map(sum, cache.lengths())) < report.entries_before
+    protected = set(exact_value_positions(backend.sessions[session].ids, backend.token_texts).tolist())
+    budget = Budget(4).per_head(end - SINKS)
+    for layer in cache.heads:
+        layer_kept, layer_extra = 0, 0
+        for head in layer:
+            kept = set(head.positions.tolist())
+            assert set(range(SINKS)) <= kept and set(range(end, cache.next_position)) <= kept
+            stretch = {p for p in kept if SINKS <= p < end}
+            extra = len(protected & stretch) if policy.protect else 0
+            # Budgets are per head; head_entropy moves budget between the heads of a layer, never adds to it.
+            assert policy.name == "head_entropy" or len(stretch) <= budget + extra
+            assert not policy.protect or protected & set(range(SINKS, end)) <= kept
+            layer_kept, layer_extra = layer_kept + len(stretch), layer_extra + extra
+        assert layer_kept <= len(layer) * budget + layer_extra
+    reply = chat_on(backend).invoke([*HISTORY, QUESTION], conversation_id=session)
+    meta = reply.response_metadata["gravity"]["session"]
+    assert meta["reset"] is None and meta["reused_tokens"] > 0 and meta["prefilled_tokens"] < 20
+
+
+def test_what_was_trimmed_is_never_trimmed_again(transformers_backend, session):
+    backend = transformers_backend
+    backend.trim(session, trim_policy_from_spec({"name": "snapkv"}), ratio=4)
+    cache, first_end = backend.sessions[session].cache, backend.sessions[session].trimmed_until
+    before = [[h.positions[h.positions < first_end].tolist() for h in layer] for layer in cache.heads]
+    chat_on(backend).invoke([*HISTORY, QUESTION], conversation_id=session)
+    backend.trim(session, trim_policy_from_spec({"name": "snapkv"}), ratio=4)
+    after = [[h.positions[h.positions < first_end].tolist() for h in layer] for layer in cache.heads]
+    assert after == before and backend.sessions[session].trimmed_until > first_end
+
+
+def test_a_history_changed_inside_the_trimmed_part_starts_over_and_says_so(transformers_backend, session):
+    transformers_backend.trim(session, trim_policy_from_spec({"name": "streaming_llm"}), ratio=4)
+    reply = chat_on(transformers_backend).invoke([HumanMessage("Something else entirely.")], conversation_id=session)
+    meta = reply.response_metadata["gravity"]["session"]
+    assert meta["reused_tokens"] == 0 and "different history" in meta["reset"] and "stale" in meta["reset"]
+
+
+def test_bad_trims_get_clear_errors(transformers_backend, session):
+    policy = trim_policy_from_spec({"name": "streaming_llm"})
+    with pytest.raises(TrimBudgetError, match="cannot hold its 4 sinks and 32-token window"):
+        transformers_backend.trim(session, policy, ratio=100)
+    with pytest.raises(TrimBudgetError, match="ratio 0.5"):
+        transformers_backend.trim(session, policy, ratio=0.5)
+    with pytest.raises(SessionNotFoundError, match="no KV session 'nobody'"):
+        transformers_backend.trim("nobody", policy, ratio=2)
+    with pytest.raises(ValueError, match="unknown trim policy 'h2o'; choose one of .'head_entropy', 'snapkv'"):
+        trim_policy_from_spec({"name": "h2o"})
+    with pytest.raises(ValueError, match="bad parameters"):
+        trim_policy_from_spec({"name": "snapkv", "colour": 1})
+
+
+def test_head_entropy_moves_budget_from_rigid_to_dynamic_heads_per_head_not_per_layer():
+    torch.manual_seed(0)
+    n, d = 64, 16
+    keys = [torch.randn(n, d), torch.randn(n, d)]
+    sharp = keys[0][5:6].repeat(4, 1) * 40                    # head 0's queries all hit one key: rigid
+    flat = torch.zeros(4, d)                                  # head 1 attends evenly: dynamic
+    stretch = LayerStretch(0, keys, [torch.arange(n), torch.arange(n)], torch.stack([sharp, flat]), torch.zeros(0))
+    policy = HeadEntropyPolicy()
+    rigidity = policy.rigidity(stretch)
+    assert rigidity[0] < policy.rigid_below < rigidity[1]
+    budgets = policy.budgets(stretch, Budget(4), [r < policy.rigid_below for r in rigidity])
+    assert budgets[0] < 16 < budgets[1] and sum(budgets) == 32
+    kept = policy.select(stretch, Budget(4))
+    assert [len(k) for k in kept] == budgets and kept[0].tolist() == list(range(n - budgets[0], n))
+
+
+def test_exact_values_are_found_across_the_tokens_that_spell_them():
+    texts = ["code", " is", " K", "7", "Q", " ok", " worker", "_id", " done", " at", " 4", "2", " AB", "C", "."]
+    assert exact_value_positions(list(range(len(texts))), texts).tolist() == [2, 3, 4, 6, 7, 10, 11, 12, 13]
