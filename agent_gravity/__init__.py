@@ -15,6 +15,7 @@ _EXPORTS = {
     "GravityConfig": "agent_gravity._config",
     "ReasoningFormat": "agent_gravity._config",
     "ProbeConfig": "agent_gravity._config",
+    "KVConfig": "agent_gravity._config",
     "GravityProfile": "agent_gravity._profile",
     "ConvergenceConfig": "agent_gravity._convergence",
     "GravityMiddleware": "agent_gravity._middleware",
@@ -39,7 +40,7 @@ __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
     from agent_gravity._chat_model import ChatGravity
-    from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
+    from agent_gravity._config import GravityConfig, KVConfig, ProbeConfig, ReasoningFormat
     from agent_gravity._convergence import ConvergenceConfig
     from agent_gravity._errors import (
         ContextLengthError,

@@ -24,7 +24,7 @@ from opentelemetry.trace import Span
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_gravity import _model_store
-from agent_gravity._config import NATIVE_THINK, GravityConfig, ReasoningFormat
+from agent_gravity._config import NATIVE_THINK, GravityConfig, KVConfig, ReasoningFormat
 from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
 from agent_gravity._profile import load_profile, profile_path
@@ -163,6 +163,8 @@ class ChatGravity(BaseChatModel):
     max_retries: int = Field(0, ge=0)
     """LangChain's standard parameter. The local engine has no transient failures worth retrying
     (a failed engine is stopped, not flaky), so it is accepted and has no effect there."""
+    kv: KVConfig | None = None
+    """Trim each conversation's KV cache as it grows (needs a backend with session caches: transformers)."""
     conversation_id: str | None = None
     """Keep this conversation's KV cache across calls on a backend that has sessions (transformers), so an
     unchanged history is never prefilled again; also a per-call option. The vLLM backend reuses unchanged
@@ -328,6 +330,10 @@ class ChatGravity(BaseChatModel):
             structural_tag=auto_grammar(tools.offered) if tools and not forced else None)
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
+        if self.kv is not None and not hasattr(backend, "trim"):
+            raise InvalidCallOptionError(
+                f"kv trimming needs a backend with session KV caches (TransformersBackend); the {backend.provider} "
+                "backend reuses unchanged history through its prefix cache instead; drop `kv` or change backend")
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"])
         return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
 
@@ -355,8 +361,8 @@ class ChatGravity(BaseChatModel):
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
         usage = usage_metadata(result)
         profile = self._profile if call.from_profile else None
-        gravity = {**gravity_metadata(result), "profile": profile, "task": call.task,
-                   "session": dataclasses.asdict(result.session) if result.session else None}
+        session = {**dataclasses.asdict(result.session), "trim": self._trim(call, result)} if result.session else None
+        gravity = {**gravity_metadata(result), "profile": profile, "task": call.task, "session": session}
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
         return {
@@ -403,6 +409,19 @@ class ChatGravity(BaseChatModel):
         return ChatGenerationChunk(message=AIMessageChunk(
             content=rest, tool_call_chunks=chunks, id=item.response_id, chunk_position="last",
             **self._message_fields(call, item, span)))
+
+    def _trim(self, call: _Call, result: GenerationResult) -> dict[str, Any] | None:
+        """Trim the conversation's cache when its untrimmed stretch has grown past ``kv.trim_above``."""
+        kv, report = self.kv, result.session
+        if kv is None or report is None:
+            return None
+        session = call.backend.sessions[report.id]
+        if session.cache.next_position - session.trimmed_until - kv.window <= kv.trim_above:
+            return None
+        from agent_gravity.trim import trim_policy_from_spec
+
+        trimmed = call.backend.trim(report.id, trim_policy_from_spec(kv.policy), kv.ratio, kv.sinks, kv.window)
+        return dataclasses.asdict(trimmed)
 
     @staticmethod
     def _splitter(call: _Call) -> ReasoningSplitter | ToolStreamSplitter | None:

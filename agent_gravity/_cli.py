@@ -149,6 +149,24 @@ def _bench_agents(args: argparse.Namespace) -> int:
     return _print_report(args, report, agents.table, "agents", "tasks")
 
 
+def _bench_kv(args: argparse.Namespace) -> int:
+    from agent_gravity import _model_store
+    from agent_gravity.backends.local_transformers import TransformersBackend, TransformersSettings
+    from agent_gravity.bench import kv
+    from agent_gravity.bench.kv_tasks import generate_transcripts
+
+    if args.transcripts < 1 or any(b <= 1 for b in args.budgets):
+        raise SystemExit("--transcripts must be at least 1 and every --budgets value above 1 (2 4 8: x fewer bytes)")
+    transcripts = generate_transcripts(args.transcripts, args.seed, args.noise_lines)
+    folder = _model_store.pull() if args.model is None else Path(args.model).expanduser().resolve()
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = TransformersBackend(TransformersSettings(str(folder)), None if args.model else
+                                      _model_store.DEFAULT_MODEL.name)
+        report = kv.main(backend, transcripts, args.policies, args.budgets, Path(args.out),
+                         lambda t: print(f"transcript {t}", file=sys.stderr))
+    return _print_report(args, report, kv.table, "kv", "rows")
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -176,6 +194,10 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"(target {args.target:.0%}), reasoning saved {m['reasoning_saved']['value']:.1%} on {m['items']} items")
     print(f"wrote {path}; ChatGravity loads it for this model unless given gravity=...")
     return 0
+
+
+_KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect")
+"""bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -225,6 +247,16 @@ def build_parser() -> argparse.ArgumentParser:
     agt.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     agt.add_argument("--out", default="artifacts/bench", help="folder for agents.json and agents.png")
     agt.set_defaults(run=_bench_agents)
+    kvp = benches.add_parser("kv", help="KV trim policies: bytes held against exact-value recall and agreement")
+    kvp.add_argument("--transcripts", type=int, default=12, help="seeded transcripts to run (default 12)")
+    kvp.add_argument("--seed", type=int, default=11)
+    kvp.add_argument("--noise-lines", type=int, default=30, help="log lines around each buried value (default 30)")
+    kvp.add_argument("--policies", nargs="+", default=list(_KV_POLICIES), choices=_KV_POLICIES)
+    kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
+    kvp.add_argument("--model", help="a local model folder (default: the embedded model)")
+    kvp.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    kvp.add_argument("--out", default="artifacts/bench", help="folder for kv.json and kv.png")
+    kvp.set_defaults(run=_bench_kv)
     cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
     cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")
     cal.add_argument("--items", type=int, default=40, help="warm-up reasoning items (default 40)")

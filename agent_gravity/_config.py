@@ -125,3 +125,29 @@ class GravityConfig(BaseModel):
     def active_for(self, task: str | None) -> bool:
         """Whether early exits may fire for a call of this task type."""
         return self.enabled and task not in self.excluded_tasks
+
+
+class KVConfig(BaseModel):
+    """Multi-turn KV trimming for a chat model's sessions (a backend with session caches: transformers).
+
+    After a call with a ``conversation_id``, once the conversation's cache holds more than
+    ``trim_above`` tokens written since its last trim, that stretch is trimmed with ``policy``
+    to about ``1 / ratio`` per KV head, keeping ``sinks`` and the last ``window`` tokens.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: dict[str, Any] = Field(default_factory=lambda: {"name": "head_entropy"})
+    """A trim policy spec: ``head_entropy``, ``snapkv`` or ``streaming_llm`` with their parameters."""
+    ratio: float = Field(4.0, ge=1.0, allow_inf_nan=False)
+    sinks: int = Field(4, ge=0)
+    window: int = Field(32, ge=1)
+    trim_above: int = Field(1024, ge=1)
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        from agent_gravity.trim import trim_policy_from_spec
+
+        trim_policy_from_spec(spec)  # raises ValueError naming the known policies
+        return spec

@@ -9,6 +9,7 @@ is never prefilled again, and KV trim policies act on that cache directly.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import threading
 import time
@@ -230,6 +231,31 @@ class TransformersBackend:
         kept = policy.select(stretch, budget)
         cache.keep(layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
                            for m, k in zip(inside, kept)])
+
+    def fork_session(self, source: str, target: str) -> None:
+        """Start conversation ``target`` from a copy of ``source``'s cache (branching, or comparing trims)."""
+        with self._lock:
+            old = self.session(source)
+            self.sessions[target] = KVSession(copy.deepcopy(old.cache), list(old.ids), old.trimmed_until)
+
+    def teacher_force(self, session_id: str, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> list[int]:
+        """The model's top-1 token at each position of ``answer_ids`` after ``prompt_ids``, on the session's
+        cache, feeding the given answer (teacher forcing); the cache is left as the prompt leaves it."""
+        with self._lock:
+            session = self.session(session_id)
+            n = common_prefix(session.ids, prompt_ids)
+            if n < session.trimmed_until or n == 0:
+                raise SessionNotFoundError(f"session {session_id!r} does not hold the start of this prompt")
+            n = min(n, len(prompt_ids) - 1)
+            session.cache.crop(n - session.cache.next_position)
+            logits = self.forward(prompt_ids[n:], session.cache)
+            top = []
+            for token in answer_ids:
+                top.append(int(torch.argmax(logits)))
+                logits = self.forward([token], session.cache)
+            session.cache.crop(len(prompt_ids) - session.cache.next_position)
+            session.ids = list(prompt_ids)
+            return top
 
     def end_session(self, session_id: str) -> None:
         """Forget a conversation's KV cache and free its memory."""

@@ -60,16 +60,17 @@ class TrimPolicy(Protocol):
     name: str
 
     def select(self, stretch: LayerStretch, budget: Budget) -> list[torch.Tensor]:
-        """For each KV head, sorted indices into its stretch to keep: at most its budget, plus protected ones."""
+        """For each KV head, sorted indices into its stretch to keep: its budget, protected entries first."""
         ...
 
 
 def pick(scores: torch.Tensor, k: int, positions: torch.Tensor, protected: torch.Tensor | None = None) -> torch.Tensor:
-    """Sorted indices of the ``k`` highest-scoring entries, plus every protected one (never evicted)."""
-    chosen = torch.topk(scores, min(k, scores.numel())).indices
+    """Sorted indices of ``k`` entries: every protected one first (never evicted), then the highest scores.
+    Protected entries count against ``k``; only when they alone exceed it does a head keep more."""
     if protected is not None and protected.numel():
-        chosen = torch.unique(torch.cat([chosen, torch.nonzero(torch.isin(positions, protected)).flatten()]))
-    return chosen.sort().values
+        scores = torch.where(torch.isin(positions, protected), torch.full_like(scores, math.inf), scores)
+        k = max(k, int(torch.isinf(scores).sum()))
+    return torch.topk(scores, min(k, scores.numel())).indices.sort().values
 
 
 def group_scores(stretch: LayerStretch, pool: int = 7) -> list[torch.Tensor]:

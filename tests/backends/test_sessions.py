@@ -48,3 +48,28 @@ def test_sessions_end_and_unknown_ones_are_a_clear_error(transformers_backend):
     assert "gone" not in transformers_backend.sessions
     with pytest.raises(SessionNotFoundError, match="no KV session 'gone'"):
         transformers_backend.end_session("gone")
+
+
+def test_a_chat_model_with_kv_config_trims_each_conversation_as_it_grows(transformers_backend):
+    from agent_gravity import KVConfig
+
+    chat = ChatGravity(backend=transformers_backend, gravity=OFF, max_tokens=6,
+                       kv=KVConfig(policy={"name": "snapkv"}, ratio=4, trim_above=64))
+    long = HumanMessage("Log:\n" + "\n".join(f"line {i}: all fine" for i in range(40)) + "\nSummarise the log.")
+    first = chat.invoke([long], conversation_id="kv-config").response_metadata["gravity"]["session"]
+    trim = first["trim"]
+    assert trim["policy"] == "snapkv" and trim["bytes_after"] < trim["bytes_before"] / 2
+    second = chat.invoke([long, AIMessage("Fine."), HumanMessage("Anything odd?")], conversation_id="kv-config")
+    report = second.response_metadata["gravity"]["session"]
+    assert report["reset"] is None and report["reused_tokens"] > 100 and report["trim"] is None  # below trim_above
+
+
+def test_kv_config_is_checked_and_refused_where_it_cannot_work(chat):
+    from agent_gravity import InvalidCallOptionError, KVConfig
+
+    with pytest.raises(ValueError, match="unknown trim policy 'lru'"):
+        KVConfig(policy={"name": "lru"})
+    with pytest.raises(ValueError, match="ratio"):
+        KVConfig(ratio=0.5)
+    with pytest.raises(InvalidCallOptionError, match="kv trimming needs a backend with session KV caches"):
+        ChatGravity(backend=chat.get_backend(), kv=KVConfig()).invoke("hi")

@@ -1,0 +1,215 @@
+"""``agent-gravity bench kv``: bytes held against exact-value recall, for every trim policy and budget.
+
+Each transcript is prefilled once into a session on the transformers backend; every (policy,
+budget) trims its own fork of that session to about ``1 / budget`` of the full cache's entries,
+then answers each question with its opening words prefilled, so the next tokens must be the
+exact value. Questions come either after the trim (``unknown``: the cache could not know them)
+or before it (``known``: the question is in the cache when it is trimmed). Per method: bytes held
+(read from the tensors), exact-value recall, top-1 agreement with the full cache (teacher-forced
+over the full cache's answer) and time per turn, each with a 95% interval over the transcripts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_gravity.backends.base import GenerationRequest, SamplingSettings, drain
+from agent_gravity.backends.local_transformers import TransformersBackend
+from agent_gravity.bench._report import figure, write_json
+from agent_gravity.bench._stats import mean_ci
+from agent_gravity.bench.kv_tasks import Question, Transcript
+from agent_gravity.trim import TrimBudgetError, TrimPolicy, trim_policy_from_spec
+
+POLICIES: dict[str, dict[str, Any]] = {
+    "head_entropy": {"name": "head_entropy"},
+    "snapkv": {"name": "snapkv"},
+    "streaming_llm": {"name": "streaming_llm"},
+    "snapkv_protect": {"name": "snapkv", "protect": True},
+}
+BUDGETS = (2, 4, 8)
+MODES = ("unknown", "known")
+GOAL = {"budget": 4, "recall": 0.95, "agreement": 0.90}
+SINKS, WINDOW = 4, 32
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One question answered on one cache."""
+
+    text: str
+    ids: list[int]
+    seconds: float
+
+
+def stretch_ratio(entries: int, budget: float, sinks: int = SINKS, window: int = WINDOW) -> float:
+    """The trim ratio over the trimmable stretch that leaves about ``entries / budget`` entries per head."""
+    keep = entries / budget - sinks - window
+    if keep < 1:
+        raise TrimBudgetError(f"{entries} tokens at {budget}x fewer cannot hold {sinks} sinks and a {window}-token "
+                              "window; use longer transcripts or a smaller budget")
+    return max(1.0, (entries - sinks - window) / keep)
+
+
+def _prompt(backend: TransformersBackend, transcript: Transcript, q: Question) -> list[int]:
+    return backend.render([*transcript.messages, {"role": "user", "content": q.question}], q.prefix)
+
+
+def answer(backend: TransformersBackend, session: str, prompt: list[int], tokens: int) -> Answer:
+    """Greedy answer on the session's cache; the history is never prefilled again."""
+    start = time.perf_counter()
+    result = drain(backend.stream(GenerationRequest(prompt, SamplingSettings(max_tokens=tokens), session=session)))
+    return Answer(result.text, result.token_ids, time.perf_counter() - start)
+
+
+def recalled(text: str, value: str) -> bool:
+    """The answer's first word is the exact value."""
+    words = text.strip().split()
+    return bool(words) and words[0].rstrip(".,;") == value
+
+
+def _trimmed(backend: TransformersBackend, base: str, name: str, policy: TrimPolicy, budget: float) -> int:
+    backend.fork_session(base, name)
+    entries = backend.sessions[name].cache.next_position
+    backend.trim(name, policy, stretch_ratio(entries, budget), SINKS, WINDOW)
+    return backend.sessions[name].cache.nbytes()
+
+
+def run_transcript(backend: TransformersBackend, t: Transcript, policies: dict[str, TrimPolicy],
+                   budgets: Sequence[float]) -> list[dict[str, Any]]:
+    """Every method on one transcript: one row per (method, mode, question)."""
+    base = f"kv-{t.id}"
+    drain(backend.stream(GenerationRequest(backend.render(t.messages), SamplingSettings(max_tokens=1), session=base)))
+    rows = []
+    for q in t.questions:
+        prompt = _prompt(backend, t, q)
+        backend.fork_session(base, f"{base}-full")
+        full = answer(backend, f"{base}-full", prompt, len(backend.encode(" " + q.value)) + 2)
+        full_bytes = backend.sessions[base].cache.nbytes()
+        rows.append(_row(t, q, "full", 1, "unknown", full_bytes, full, full, [1.0]))
+        for mode in MODES:
+            for name, policy in policies.items():
+                for budget in budgets:
+                    rows.append(_method_row(backend, t, q, base, prompt, full, name, policy, budget, mode))
+        backend.end_session(f"{base}-full")
+    backend.end_session(base)
+    return rows
+
+
+def _method_row(backend: TransformersBackend, t: Transcript, q: Question, base: str, prompt: list[int],
+                full: Answer, name: str, policy: TrimPolicy, budget: float, mode: str) -> dict[str, Any]:
+    sid = f"{base}-{name}-{budget}-{mode}"
+    source = base
+    if mode == "known":  # the question is in the cache before it is trimmed
+        backend.fork_session(base, f"{sid}-q")
+        answer(backend, f"{sid}-q", prompt, 1)
+        source = f"{sid}-q"
+    held = _trimmed(backend, source, sid, policy, budget)
+    got = answer(backend, sid, prompt, len(full.ids))
+    top1 = backend.teacher_force(sid, prompt, full.ids)
+    agree = [float(a == b) for a, b in zip(top1, full.ids)]
+    for s in (sid, f"{sid}-q"):
+        backend.sessions.pop(s, None)
+    return _row(t, q, name, budget, mode, held, got, full, agree)
+
+
+def _row(t: Transcript, q: Question, method: str, budget: float, mode: str, held: int, got: Answer, full: Answer,
+         agree: list[float]) -> dict[str, Any]:
+    return {"transcript": t.id, "turn": q.turn, "value": q.value, "method": method, "budget": budget, "mode": mode,
+            "bytes": held, "recall": recalled(got.text, q.value), "full_recall": recalled(full.text, q.value),
+            "agreement": sum(agree) / len(agree) if agree else 0.0, "seconds": got.seconds, "answer": got.text}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (method, budget, mode): means over transcripts with 95% intervals."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], r["budget"], r["mode"]), []).append(r)
+    full_bytes = _per_transcript(groups[("full", 1, "unknown")], "bytes")
+    out = []
+    for (method, budget, mode), rs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "full", kv[0])):
+        held = _per_transcript(rs, "bytes")
+        out.append({"method": method, "budget": budget, "mode": mode,
+                    "bytes_held": mean_ci(held), "bytes_ratio": mean_ci([f / h for f, h in zip(full_bytes, held)]),
+                    "recall": mean_ci(_per_transcript(rs, "recall")),
+                    "agreement": mean_ci(_per_transcript(rs, "agreement")),
+                    "seconds": mean_ci(_per_transcript(rs, "seconds")),
+                    "recall_by_turn": {turn: _rate([r["recall"] for r in rs if r["turn"] == turn])
+                                       for turn in ("early", "middle", "late")}})
+    return {"methods": out, "goal": _goal(out)}
+
+
+def _rate(values: list[bool]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def _per_transcript(rows: list[dict[str, Any]], key: str) -> list[float]:
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        by.setdefault(r["transcript"], []).append(float(r[key]))
+    return [sum(v) / len(v) for _, v in sorted(by.items())]
+
+
+def _goal(methods: list[dict[str, Any]]) -> dict[str, Any]:
+    at = [m for m in methods if m["method"] == "head_entropy" and m["budget"] == GOAL["budget"]]
+    if not at:
+        return {"checked": False}
+    return {"checked": True, **{m["mode"]: {"recall": m["recall"]["value"] >= GOAL["recall"],
+                                            "agreement": m["agreement"]["value"] >= GOAL["agreement"]} for m in at}}
+
+
+def run(backend: TransformersBackend, transcripts: Sequence[Transcript], names: Sequence[str],
+        budgets: Sequence[float], on_transcript: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """The whole benchmark; the report keeps every row."""
+    policies = {n: trim_policy_from_spec(POLICIES[n]) for n in names}
+    rows = []
+    for t in transcripts:
+        on_transcript(t.id)
+        rows += run_transcript(backend, t, policies, budgets)
+    return {**summarize(rows), "settings": {"transcripts": len(transcripts), "policies": list(names),
+                                            "budgets": list(budgets), "sinks": SINKS, "window": WINDOW,
+                                            "model": backend.model_name}, "rows": rows}
+
+
+def _ci(f: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
+    return f"{f['value'] * scale:.{digits}f} [{f['lo'] * scale:.{digits}f}, {f['hi'] * scale:.{digits}f}]"
+
+
+def table(report: dict[str, Any]) -> str:
+    """One row per method, budget and mode, with 95% intervals."""
+    head = (f"{'method':<15} {'budget':>6} {'mode':>8} {'x fewer bytes':>20} {'recall %':>20} {'top-1 agree %':>20} "
+            f"{'s/turn':>18}")
+    lines = [head, "-" * len(head)]
+    for m in report["methods"]:
+        lines.append(f"{m['method']:<15} {m['budget']:>6} {m['mode']:>8} {_ci(m['bytes_ratio'], 1, 2):>20} "
+                     f"{_ci(m['recall'], 100):>20} {_ci(m['agreement'], 100):>20} {_ci(m['seconds'], 1, 2):>18}")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    """Recall against bytes held (as x fewer than the full cache), one line per method and mode."""
+    with figure(path, "bench kv: exact-value recall against bytes held", "recall %", (9, 4.5), ncols=2) as axes:
+        for ax, mode in zip(axes, MODES):
+            full = next(m for m in report["methods"] if m["method"] == "full")
+            ax.scatter([1], [full["recall"]["value"] * 100], color="black", label="full cache", zorder=3)
+            for name in report["settings"]["policies"]:
+                ms = [m for m in report["methods"] if m["method"] == name and m["mode"] == mode]
+                ax.errorbar([m["bytes_ratio"]["value"] for m in ms], [m["recall"]["value"] * 100 for m in ms],
+                            yerr=[[100 * (m["recall"]["value"] - m["recall"]["lo"]) for m in ms],
+                                  [100 * (m["recall"]["hi"] - m["recall"]["value"]) for m in ms]],
+                            marker="o", capsize=3, label=name)
+            ax.set_xlabel("x fewer bytes held than the full cache")
+            ax.set_title(f"questions {mode} when trimmed")
+    return path
+
+
+def main(backend: TransformersBackend, transcripts: Sequence[Transcript], names: Sequence[str],
+         budgets: Sequence[float], out_dir: Path, on_transcript: Callable[[str], None]) -> dict[str, Any]:
+    """Run the benchmark and write ``kv.json`` and ``kv.png`` under ``out_dir``."""
+    report = run(backend, transcripts, names, budgets, on_transcript)
+    write_json(out_dir / "kv.json", report)
+    plot(report, out_dir / "kv.png")
+    return report

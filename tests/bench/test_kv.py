@@ -1,0 +1,75 @@
+"""bench kv: transcripts, budgets, the recall rule, the summary, and a reduced real run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_gravity._cli import _KV_POLICIES, main
+from agent_gravity.bench import kv
+from agent_gravity.bench.kv_tasks import generate_transcripts
+from agent_gravity.trim import TrimBudgetError
+
+
+def test_transcripts_are_seeded_and_bury_one_value_per_tool_output():
+    ts = generate_transcripts(4)
+    assert ts == generate_transcripts(4) and ts != generate_transcripts(4, seed=12)
+    for t in ts:
+        assert [q.turn for q in t.questions] == ["early", "middle", "late"]
+        outputs = [m["content"] for m in t.messages if m["content"].startswith("Tool output:")]
+        assert len(outputs) == 3 and all(q.value in o for q, o in zip(t.questions, outputs))
+        assert all(q.prefix.startswith("The ") and q.value not in q.prefix for q in t.questions)
+    with pytest.raises(ValueError, match="at least 1 transcript"):
+        generate_transcripts(0)
+
+
+def test_budgets_leave_the_sinks_and_window_and_say_when_they_cannot():
+    assert kv.stretch_ratio(1000, 4) == pytest.approx((1000 - 36) / (250 - 36))
+    assert kv.stretch_ratio(100, 1.0) == 1.0
+    with pytest.raises(TrimBudgetError, match="cannot hold 4 sinks and a 32-token window"):
+        kv.stretch_ratio(200, 8)
+
+
+def test_recall_is_the_exact_value_as_the_first_word():
+    assert kv.recalled(" K7Q2X9.", "K7Q2X9") and not kv.recalled(" K7Q2X8", "K7Q2X9")
+    assert not kv.recalled(" 76563.", "T-76563") and not kv.recalled("", "x")
+
+
+def test_the_cli_lists_the_benchmarks_policies_and_refuses_bad_budgets():
+    assert set(_KV_POLICIES) == set(kv.POLICIES)
+    with pytest.raises(SystemExit, match="--budgets"):
+        main(["bench", "kv", "--budgets", "1"])
+
+
+def test_summary_has_intervals_over_transcripts_and_checks_the_goal():
+    rows = []
+    for t in ("t0", "t1"):
+        for turn in ("early", "middle", "late"):
+            base = {"transcript": t, "turn": turn, "value": "1", "answer": "1", "full_recall": True}
+            rows.append({**base, "method": "full", "budget": 1, "mode": "unknown", "bytes": 800, "recall": True,
+                         "agreement": 1.0, "seconds": 0.5})
+            rows.append({**base, "method": "head_entropy", "budget": 4, "mode": "unknown", "bytes": 200,
+                         "recall": turn != "early", "agreement": 0.9, "seconds": 0.4})
+    report = kv.summarize(rows)
+    ours = next(m for m in report["methods"] if m["method"] == "head_entropy")
+    assert ours["bytes_ratio"]["value"] == pytest.approx(4.0) and ours["recall"]["value"] == pytest.approx(2 / 3)
+    assert ours["recall_by_turn"] == {"early": 0.0, "middle": 1.0, "late": 1.0}
+    assert report["goal"] == {"checked": True, "unknown": {"recall": False, "agreement": True}}
+    assert "head_entropy" in kv.table(report)
+
+
+def test_a_reduced_run_on_the_real_model(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    args = ["bench", "kv", "--transcripts", "1", "--noise-lines", "12", "--budgets", "2", "--policies",
+            "head_entropy", "streaming_llm", "--json", "--out", str(tmp_path)]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    methods = {(m["method"], m["mode"]) for m in report["methods"]}
+    assert methods == {("full", "unknown"), *((p, mode) for p in ("head_entropy", "streaming_llm")
+                                             for mode in ("unknown", "known"))}
+    for m in report["methods"]:
+        assert 0 <= m["recall"]["value"] <= 1 and 0 <= m["agreement"]["value"] <= 1
+        if m["method"] != "full":
+            assert 1.6 < m["bytes_ratio"]["value"] < 2.4
+    assert (tmp_path / "kv.json").exists() and (tmp_path / "kv.png").stat().st_size > 0
