@@ -24,6 +24,7 @@ from opentelemetry.trace import Span
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_gravity import _model_store
+from agent_gravity._compaction import compact_history
 from agent_gravity._config import NATIVE_THINK, GravityConfig, KVConfig, ReasoningFormat
 from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
@@ -299,7 +300,10 @@ class ChatGravity(BaseChatModel):
         from_profile = self._profile is not None and config is self.gravity
         if schema is not None or tools:  # the grammar covers the output: no reasoning phase under it
             config = config.model_copy(update={"reasoning": None})
-        chat = with_tools(to_chat_dicts(messages), tools.offered if tools else ())
+        chat = to_chat_dicts(messages)
+        if self.kv is not None and self.kv.compact_tool_outputs is not None:
+            chat = compact_history(chat, self.kv.compact_tool_outputs)
+        chat = with_tools(chat, tools.offered if tools else ())
         backend = self._backend_for(opts["model"])
         fmt = self._format(backend, config)
         prefill, ids = "", None
@@ -330,10 +334,11 @@ class ChatGravity(BaseChatModel):
             structural_tag=auto_grammar(tools.offered) if tools and not forced else None)
         params = {"temperature": opts["temperature"], "top_p": opts["top_p"], "max_tokens": budget,
                   "seed": opts["seed"]}
-        if self.kv is not None and not hasattr(backend, "trim"):
+        if self.kv is not None and self.kv.trim and not hasattr(backend, "trim"):
             raise InvalidCallOptionError(
                 f"kv trimming needs a backend with session KV caches (TransformersBackend); the {backend.provider} "
-                "backend reuses unchanged history through its prefix cache instead; drop `kv` or change backend")
+                "backend reuses unchanged history through its prefix cache instead; use KVConfig(trim=False, "
+                "compact_tool_outputs=1) there, or change backend")
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"])
         return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
 
@@ -413,7 +418,7 @@ class ChatGravity(BaseChatModel):
     def _trim(self, call: _Call, result: GenerationResult) -> dict[str, Any] | None:
         """Trim the conversation's cache when its untrimmed stretch has grown past ``kv.trim_above``."""
         kv, report = self.kv, result.session
-        if kv is None or report is None:
+        if kv is None or not kv.trim or report is None:
             return None
         session = call.backend.sessions[report.id]
         if session.cache.next_position - session.trimmed_until - kv.window <= kv.trim_above:

@@ -128,7 +128,7 @@ class GravityConfig(BaseModel):
 
 
 class KVConfig(BaseModel):
-    """Multi-turn KV trimming for a chat model's sessions (a backend with session caches: transformers).
+    """Multi-turn KV: trimming of a chat model's session caches (transformers), and history compaction (any backend).
 
     After a call with a ``conversation_id``, once the conversation's cache holds more than
     ``trim_above`` tokens written since its last trim, that stretch is trimmed with ``policy``
@@ -143,6 +143,10 @@ class KVConfig(BaseModel):
     sinks: int = Field(4, ge=0)
     window: int = Field(32, ge=1)
     trim_above: int = Field(1024, ge=1)
+    trim: bool = True
+    """Trim session caches; False on a backend without them (vLLM), where only compaction applies."""
+    compact_tool_outputs: int | None = Field(None, ge=0)
+    """Collapse every tool output but the last N to its facts before a call (any backend); None keeps them."""
 
     @field_validator("policy")
     @classmethod
