@@ -106,6 +106,12 @@ class RaggedCache:
                 layer[i] = head.select(torch.nonzero(head.positions < target).flatten())
         self.next_position = target
 
+    def drop(self, start: int, end: int) -> None:
+        """Free the entries of positions ``[start, end)`` in every head (``next_position`` stays)."""
+        for layer in self.heads:
+            for i, head in enumerate(layer):
+                layer[i] = head.select(torch.nonzero((head.positions < start) | (head.positions >= end)).flatten())
+
     def keep(self, layer_idx: int, kept: Sequence[torch.Tensor]) -> None:
         """Keep only ``kept[h]`` (entry indices) in each KV head of a layer; the rest is freed."""
         self.heads[layer_idx] = [head.select(k) for head, k in zip(self.heads[layer_idx], kept)]

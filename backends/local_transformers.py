@@ -64,6 +64,8 @@ class KVSession:
 
     cache: RaggedCache
     ids: list[int]
+    intact_until: int | None = None
+    """Entries from here on are not all there (a turn's reasoning was dropped): reuse stops here."""
     trimmed_until: int = 0
     """Entries before this position were trimmed once already and are never trimmed again; a history that
     changes before it cannot reuse the cache (what it needs may be gone)."""
@@ -275,9 +277,12 @@ class TransformersBackend:
             return self._fresh(request.session), 0, (
                 f"conversation {request.session!r} came back with a different history than its trimmed cache "
                 "holds; it started a new session, so no answer comes from a stale cache")
+        if old.intact_until is not None:
+            n = min(n, old.intact_until)
         if n < len(old.ids):
             old.cache.crop(n - len(old.ids))
             del old.ids[n:]
+        old.intact_until = None
         return old.cache, n, None
 
     def _fresh(self, session_id: str) -> Any:
@@ -349,6 +354,12 @@ class _Decode:
             return None
         session = self.backend.sessions[session_id]
         session.ids = [*self.request.prompt_ids, *self.output][:self.cache.next_position]
+        steering = self.steering
+        if steering is not None and steering.spec.reasoning is not None and steering.answer_start:
+            # Converged reasoning is never sent back: its entries go now, the answer's stay.
+            start = len(self.request.prompt_ids)
+            self.cache.drop(start, start + steering.answer_start)
+            session.intact_until = start
         return SessionReport(session_id, self.reused, len(self.request.prompt_ids) - self.reused, session.nbytes(),
                              self.reset)
 

@@ -73,3 +73,19 @@ def test_kv_config_is_checked_and_refused_where_it_cannot_work(chat):
         KVConfig(ratio=0.5)
     with pytest.raises(InvalidCallOptionError, match="kv trimming needs a backend with session KV caches"):
         ChatGravity(backend=chat.get_backend(), kv=KVConfig()).invoke("hi")
+
+
+def test_a_finished_turns_reasoning_is_freed_and_never_read_back(transformers_backend):
+    chat = ChatGravity(backend=transformers_backend, gravity=GravityConfig(max_reasoning_tokens=48))
+    question = [HumanMessage("Tom has 3 apples and buys 5 more. How many apples does he have?")]
+    reply = chat.invoke(question, conversation_id="reasoning")
+    gravity = reply.response_metadata["gravity"]
+    session = transformers_backend.sessions["reasoning"]
+    prompt = reply.usage_metadata["input_tokens"]
+    held = {p for head in session.cache.heads[0] for p in head.positions.tolist()}
+    assert gravity["reasoning_tokens"] > 0 and session.intact_until == prompt
+    assert not held & set(range(prompt, prompt + gravity["reasoning_tokens"]))
+    assert set(range(prompt)) <= held
+    follow = chat.invoke([*question, reply, HumanMessage("And then he eats one?")], conversation_id="reasoning")
+    report = follow.response_metadata["gravity"]["session"]
+    assert report["reset"] is None and 0 < report["reused_tokens"] <= prompt
