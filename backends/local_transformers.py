@@ -238,7 +238,8 @@ class TransformersBackend:
         """Start conversation ``target`` from a copy of ``source``'s cache (branching, or comparing trims)."""
         with self._lock:
             old = self.session(source)
-            self.sessions[target] = KVSession(copy.deepcopy(old.cache), list(old.ids), old.trimmed_until)
+            self.sessions[target] = KVSession(copy.deepcopy(old.cache), list(old.ids), intact_until=old.intact_until,
+                                              trimmed_until=old.trimmed_until)
 
     def teacher_force(self, session_id: str, prompt_ids: Sequence[int], answer_ids: Sequence[int]) -> list[int]:
         """The model's top-1 token at each position of ``answer_ids`` after ``prompt_ids``, on the session's

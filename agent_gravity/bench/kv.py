@@ -62,7 +62,11 @@ def answer(backend: TransformersBackend, session: str, prompt: list[int], tokens
     """Greedy answer on the session's cache; the history is never prefilled again."""
     start = time.perf_counter()
     result = drain(backend.stream(GenerationRequest(prompt, SamplingSettings(max_tokens=tokens), session=session)))
-    return Answer(result.text, result.token_ids, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if result.session is None or result.session.reset or not result.session.reused_tokens:
+        raise RuntimeError(f"session {session!r} did not answer from its own cache ({result.session}); "
+                           "the benchmark would measure a full prefill instead")
+    return Answer(result.text, result.token_ids, seconds)
 
 
 def recalled(text: str, value: str) -> bool:
