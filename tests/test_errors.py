@@ -19,7 +19,14 @@ from agent_gravity import _errors as e
     (e.EngineError, (lc.ModelAPIError, RuntimeError)),
     (e.EngineTimeoutError, (lc.ModelTimeoutError, TimeoutError)),
     (e.EngineMemoryError, (lc.ModelError, MemoryError)),
+    (e.SessionNotFoundError, (lc.ModelInvalidRequestError, KeyError)),
 ])
 def test_errors_subclass_what_callers_catch(error, bases):
     assert issubclass(error, e.GravityError) and all(issubclass(error, b) for b in bases)
     assert str(error("what to fix")) == "what to fix"
+
+
+def test_a_trim_budget_error_is_a_value_error_of_ours():
+    from agent_gravity.trim import TrimBudgetError
+
+    assert issubclass(TrimBudgetError, e.GravityError) and issubclass(TrimBudgetError, ValueError)
