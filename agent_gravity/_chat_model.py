@@ -406,11 +406,11 @@ class ChatGravity(BaseChatModel):
         if isinstance(item, GenerationDelta):
             return ChatGenerationChunk(message=AIMessageChunk(content=splitter.feed(item.text)))
         rest, parsed = splitter.close()
-        chunks = [ToolCallChunk(name=c["name"], args=json.dumps(c["args"], ensure_ascii=False), id=c["id"],
-                                index=i, type="tool_call_chunk") for i, c in enumerate(parsed.tool_calls)]
-        # LangChain rebuilds a stream's calls from its chunks: a bad call's args must not parse to a dict there.
-        chunks += [ToolCallChunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=len(chunks) + i,
-                                 type="tool_call_chunk") for i, c in enumerate(parsed.invalid_tool_calls)]
+        # LangChain rebuilds a stream's calls from its chunks. A valid call's args are its JSON object; a bad
+        # call's raw text goes as a JSON string, which cannot parse to a dict, so it stays invalid there.
+        chunks = [ToolCallChunk(name=c["name"], args=json.dumps(c["args"], ensure_ascii=False), id=c["id"], index=i,
+                                type="tool_call_chunk")
+                  for i, c in enumerate([*parsed.tool_calls, *parsed.invalid_tool_calls])]
         return ChatGenerationChunk(message=AIMessageChunk(
             content=rest, tool_call_chunks=chunks, id=item.response_id, chunk_position="last",
             **self._message_fields(call, item, span)))

@@ -200,6 +200,13 @@ _KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 
 
+def _report_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """The options every report-writing benchmark takes: the model, JSON output and the output folder."""
+    parser.add_argument("--model", help="a local model folder (default: the embedded model)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    parser.add_argument("--out", default="artifacts/bench", help=f"folder for {name}.json and {name}.png")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agent-gravity", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -232,9 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     sav.add_argument("--methods", nargs="+", default=list(_SAVINGS_METHODS), choices=_SAVINGS_METHODS,
                      help="methods to run (default: all); full always runs, as the reference")
     sav.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
-    sav.add_argument("--model", help="a local model folder (default: the embedded model)")
-    sav.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    sav.add_argument("--out", default="artifacts/bench", help="folder for savings.json and savings.png")
+    _report_arguments(sav, "savings")
     sav.set_defaults(run=_bench_savings)
     agt = benches.add_parser("agents", help="a create_agent tool agent with and without GravityMiddleware")
     agt.add_argument("--tasks", type=int, default=60, help="seeded multi-step tasks to run (default 60)")
@@ -243,9 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     agt.add_argument("--low-entropy-steps", type=int, default=None,
                      help="also end after K steps whose peak entropy stays low (default: off)")
     agt.add_argument("--concurrency", type=int, default=8, help="agent runs in flight at once")
-    agt.add_argument("--model", help="a local model folder (default: the embedded model)")
-    agt.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    agt.add_argument("--out", default="artifacts/bench", help="folder for agents.json and agents.png")
+    _report_arguments(agt, "agents")
     agt.set_defaults(run=_bench_agents)
     kvp = benches.add_parser("kv", help="KV trim policies: bytes held against exact-value recall and agreement")
     kvp.add_argument("--transcripts", type=int, default=12, help="seeded transcripts to run (default 12)")
@@ -253,9 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     kvp.add_argument("--noise-lines", type=int, default=30, help="log lines around each buried value (default 30)")
     kvp.add_argument("--policies", nargs="+", default=list(_KV_POLICIES), choices=_KV_POLICIES)
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
-    kvp.add_argument("--model", help="a local model folder (default: the embedded model)")
-    kvp.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
-    kvp.add_argument("--out", default="artifacts/bench", help="folder for kv.json and kv.png")
+    _report_arguments(kvp, "kv")
     kvp.set_defaults(run=_bench_kv)
     cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
     cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from pydantic import BaseModel, ConfigDict, Field
 
 _SPACE = re.compile(r"\s+")
@@ -113,13 +113,17 @@ class ConvergenceTracker:
                 return self._verdict("low_entropy", f"peak entropy under {cfg.entropy_threshold} nats for "
                                                     f"{cfg.low_entropy_steps} steps (last {recent[-1]:.3f})")
         if n >= cfg.max_steps:
-            return self._verdict("max_steps", f"no convergence after {n} steps; stopped as a runaway loop")
+            return self.runaway()
         return None
 
-    def tool_result(self, text: str) -> None:
-        """Record a tool's result."""
-        if text.strip():
-            self.results.append(text.strip())
+    def tool_result(self, message: ToolMessage) -> None:
+        """Record a tool's result; a failed tool gives no answer."""
+        if message.status != "error" and message.text.strip():
+            self.results.append(message.text.strip())
+
+    def runaway(self) -> Verdict:
+        """The verdict for a loop that reached ``max_steps`` without converging."""
+        return self._verdict("max_steps", f"no convergence after {len(self.steps)} steps; stopped as a runaway loop")
 
     def best_answer(self) -> str:
         """The latest interim answer the model wrote, else the latest tool result, else empty."""

@@ -56,6 +56,12 @@ class EngineError(GravityError, ModelAPIError, RuntimeError):
 class EngineTimeoutError(GravityError, ModelTimeoutError, TimeoutError):
     """A call ran past its ``timeout``; the request was aborted and freed its slot."""
 
+    @classmethod
+    def after(cls, timeout: float | None) -> "EngineTimeoutError":
+        """The error for a request that ran past ``timeout`` seconds."""
+        return cls(f"generation took longer than its timeout of {timeout} s and was aborted; raise `timeout`, "
+                   "or lower the token budgets")
+
 
 class EngineMemoryError(GravityError, ModelError, MemoryError):
     """A second engine would not fit in this process's memory."""

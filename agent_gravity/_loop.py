@@ -80,8 +80,7 @@ class AgentLoop:
     def _tool_result(self, result: Any, call: ToolCall) -> ToolMessage:
         message = result if isinstance(result, ToolMessage) else ToolMessage(
             content=str(result), tool_call_id=call["id"], name=call["name"])
-        if message.status != "error":  # as in the middleware: a failed tool gives no answer
-            self.tracker.tool_result(message.text)
+        self.tracker.tool_result(message)
         return message
 
     def result(self, returned: Any) -> LoopResult:
@@ -89,8 +88,7 @@ class AgentLoop:
         steps = len(self.tracker.steps)
         verdict = self.verdict
         if verdict is None and returned is None and steps >= self.config.max_steps:
-            verdict = Verdict("max_steps", steps, self.tracker.best_answer(),
-                              f"no convergence after {steps} steps; stopped as a runaway loop")
+            verdict = self.tracker.runaway()
         if verdict is None:
             return LoopResult(answer=returned, reason="model_ended", detail=None, steps=steps, steps_saved=0)
         # Tool calls the function ran after the verdict count: the best answer is read now.

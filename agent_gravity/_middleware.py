@@ -5,6 +5,7 @@ Needs the ``agents`` extra (``pip install 'agent-gravity[agents]'``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, NotRequired
 
@@ -64,7 +65,7 @@ class GravityMiddleware(AgentMiddleware):
         answered = {m.tool_call_id for m in state["messages"] if isinstance(m, ToolMessage)}
         pending = [c for c in message.tool_calls if c["id"] not in answered]
         step = Step.of_message(message.model_copy(update={"tool_calls": pending}))
-        steps = [*state.get("gravity_steps", []), _step_dict(step)]
+        steps = [*state.get("gravity_steps", []), dataclasses.asdict(step)]
         verdict = tracker.observe(step)
         if verdict is None:
             return {"gravity_steps": steps}
@@ -106,13 +107,9 @@ class GravityMiddleware(AgentMiddleware):
         tracker.steps = [Step(**s) for s in state.get("gravity_steps", [])]
         start = _run_start(state["messages"], len(tracker.steps))
         for m in state["messages"][start:]:
-            if isinstance(m, ToolMessage) and m.status != "error":
-                tracker.tool_result(m.text)
+            if isinstance(m, ToolMessage):
+                tracker.tool_result(m)
         return tracker
-
-
-def _step_dict(step: Step) -> dict[str, Any]:
-    return {"answer": step.answer, "calls": step.calls, "entropy": step.entropy}
 
 
 def _run_start(messages: list[Any], steps: int) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import functools
 import threading
 import time
 import uuid
@@ -20,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from agent_gravity._errors import EngineError, EngineTimeoutError, SchemaNotEnforceableError, SessionNotFoundError
+from agent_gravity._steering import Steering
+from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
 from agent_gravity.backends._ragged_cache import RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
@@ -33,15 +36,6 @@ from agent_gravity.backends.base import (
     SessionReport,
     StreamItem,
 )
-
-from agent_gravity._errors import (
-    EngineError,
-    EngineTimeoutError,
-    ModelNotFoundError,
-    SchemaNotEnforceableError,
-    SessionNotFoundError,
-)
-from agent_gravity._steering import Steering
 from agent_gravity.trim import Budget, LayerStretch, TrimBudgetError, TrimPolicy
 from agent_gravity.trim.protect import exact_value_positions
 
@@ -97,10 +91,7 @@ class TransformersSettings:
 
     def check_model_dir(self) -> None:
         """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
-        if not Path(self.model_dir, "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model folder {self.model_dir!r} does not exist or has no config.json; "
-                "give a local Hugging Face model folder, or omit the model to use the embedded default")
+        check_model_dir(self.model_dir)
 
 
 def _unsupported(s: SamplingSettings) -> str | None:
@@ -112,7 +103,7 @@ def _unsupported(s: SamplingSettings) -> str | None:
     return None
 
 
-class TransformersBackend:
+class TransformersBackend(HFTokenizerMethods):
     """transformers in this process: exact per-token entropy, gravity exits, one request at a time."""
 
     provider = "transformers"
@@ -139,25 +130,6 @@ class TransformersBackend:
         self._lock = threading.Lock()
         self._rows = SteeredRows(1, self._device)
         self.sessions: dict[str, KVSession] = {}
-
-    def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
-        text = self._tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return self._tokenizer.encode(text + prefill, add_special_tokens=False)
-
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=False)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
-
-    @functools.cached_property
-    def token_texts(self) -> list[str]:
-        return [self.decode([i]) for i in range(len(self._tokenizer))]
-
-    def single_token_id(self, text: str) -> int | None:
-        """The id of ``text`` when the vocabulary holds it as one token."""
-        ids = self.encode(text)
-        return ids[0] if len(ids) == 1 else None
 
     def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
         problem = _unsupported(request.sampling)
@@ -321,29 +293,24 @@ class _Decode:
             logits = self.backend.forward(self.request.prompt_ids[self.reused:], self.cache)
         except RuntimeError as exc:
             raise EngineError(f"generation failed in the transformers engine: {exc}") from exc
-        sent, finish = 0, "length"
+        text, finish = "", "length"
         while len(self.output) < self.s.max_tokens:
             if self.deadline is not None and time.monotonic() > self.deadline:
-                raise EngineTimeoutError(f"generation took longer than its timeout of {self.request.timeout} s and "
-                                         "was aborted; raise `timeout`, or lower the token budgets")
+                raise EngineTimeoutError.after(self.request.timeout)
             token = self._sample(logits)
             self.output.append(token)
             if token in self.backend.eos_ids:
                 finish = "stop"
                 break
-            text = self.backend.decode(self.output)
-            stop_at = _stop_index(text, self.s.stop)
+            decoded = self.backend.decode(self.output)
+            stop_at = _stop_index(decoded, self.s.stop)
+            decoded = decoded if stop_at is None else decoded[:stop_at]
+            yield from self._delta(decoded[len(text):], [token])
+            text = decoded
             if stop_at is not None:
-                finish, text = "stop", text[:stop_at]
-                yield from self._delta(text[sent:], self.output[-1:])
-                sent = len(text)
+                finish = "stop"
                 break
-            delta, sent = text[sent:], len(text)
-            yield from self._delta(delta, [token])
             logits = self.backend.forward([token], self.cache)
-        text = self.backend.decode(self.output)
-        if finish == "stop" and (stop_at := _stop_index(text, self.s.stop)) is not None:
-            text = text[:stop_at]
         yield GenerationResult(response_id=response_id, token_ids=list(self.output), text=text, finish_reason=finish,
                                prompt_tokens=len(self.request.prompt_ids), entropy=list(self.entropy),
                                steering=self.steering, logprobs=self.logprobs, session=self._close_session())

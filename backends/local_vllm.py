@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import functools
 import itertools
 import os
 import queue
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from agent_gravity._errors import EngineError, EngineMemoryError, EngineTimeoutError, SchemaNotEnforceableError
+from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
+from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends.base import (
     GenerationDelta,
     GenerationRequest,
@@ -24,15 +27,6 @@ from agent_gravity.backends.base import (
     SamplingSettings,
     StreamItem,
 )
-
-from agent_gravity._errors import (
-    EngineError,
-    EngineMemoryError,
-    EngineTimeoutError,
-    ModelNotFoundError,
-    SchemaNotEnforceableError,
-)
-from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
 
 _GIB = 1 << 30
 
@@ -54,11 +48,7 @@ class EngineSettings:
 
     def check_model_dir(self) -> None:
         """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
-        if not Path(self.model_dir, "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model folder {self.model_dir!r} does not exist or has no config.json; "
-                "give a local Hugging Face model folder, or omit the model to use the embedded default"
-            )
+        check_model_dir(self.model_dir)
 
     def memory_needed(self) -> int:
         """Bytes of host memory the engine will hold: weights, KV cache and a working margin."""
@@ -157,7 +147,7 @@ def _tell(sink: Callable[[Any], None], item: Any) -> bool:
     return True
 
 
-class LocalVLLMBackend:
+class LocalVLLMBackend(HFTokenizerMethods):
     """vLLM in this process, with exact per-token entropy and gravity exits decided in-engine."""
 
     provider = "vllm"
@@ -174,28 +164,9 @@ class LocalVLLMBackend:
         self._ids = itertools.count()
         self.closed = False
 
-    def render(self, messages: Sequence[dict[str, str]], prefill: str = "") -> list[int]:
-        text = self._tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-        return self._tokenizer.encode(text + prefill, add_special_tokens=False)
-
     def reset_prefix_cache(self) -> None:
         """Drop every cached prefix, so that a benchmark arm starts as cold as the one before it."""
         self._llm.reset_prefix_cache()
-
-    def encode(self, text: str) -> list[int]:
-        return self._tokenizer.encode(text, add_special_tokens=False)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(list(token_ids), skip_special_tokens=True)
-
-    @functools.cached_property
-    def token_texts(self) -> list[str]:
-        return [self.decode([i]) for i in range(len(self._tokenizer))]
-
-    def single_token_id(self, text: str) -> int | None:
-        """The id of ``text`` when the vocabulary holds it as one token."""
-        ids = self.encode(text)
-        return ids[0] if len(ids) == 1 else None
 
     def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
         inbox: queue.Queue[Any] = queue.Queue()
@@ -244,9 +215,10 @@ class _Run:
     """One request's journey through the engine loop: parameters in, deltas and result out."""
 
     def __init__(self, backend: LocalVLLMBackend, request: GenerationRequest) -> None:
-        from agent_gravity.backends._steered_rows import REGISTRY
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
+
+        from agent_gravity.backends._steered_rows import REGISTRY
 
         self.backend, self.request = backend, request
         self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -279,8 +251,7 @@ class _Run:
         return max(0.0, self._deadline - time.monotonic())
 
     def timed_out(self) -> EngineTimeoutError:
-        return EngineTimeoutError(f"generation took longer than its timeout of {self.request.timeout} s and was "
-                                  "aborted; raise `timeout`, or lower the token budgets")
+        return EngineTimeoutError.after(self.request.timeout)
 
     def _probe(self, generated: list[int]) -> None:
         """Start an answer probe as a side request (called on the engine thread by the steering)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,14 @@ def spread(values: list[float]) -> dict[str, float]:
     q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
     return {"median": statistics.median(ordered), "q1": q[0], "q3": q[2], "min": ordered[0], "max": ordered[-1],
             "n": len(ordered)}
+
+
+def interval(figure: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
+    """``value [lo, hi]`` of a figure with its 95% interval, scaled; ``-`` when it has no value."""
+    if math.isnan(figure["value"]):
+        return "-"
+    v, lo, hi = (figure[k] * scale for k in ("value", "lo", "hi"))
+    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def write_json(path: Path, data: dict[str, Any]) -> Path:

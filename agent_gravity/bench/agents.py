@@ -20,7 +20,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from agent_gravity._chat_model import ChatGravity
 from agent_gravity._convergence import ConvergenceConfig
-from agent_gravity.bench._report import figure, write_json
+from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench._stats import difference_ci, mean_ci, saving_ci, wilson
 from agent_gravity.bench.agent_tasks import (
     SYSTEM_PROMPT,
@@ -149,22 +149,21 @@ def run(model: ChatGravity, tasks: Sequence[AgentTask], concurrency: int, max_st
     return report
 
 
-def _ci(f: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
-    return f"{f['value'] * scale:.{digits}f} [{f['lo'] * scale:.{digits}f}, {f['hi'] * scale:.{digits}f}]"
-
-
 def table(report: dict[str, Any]) -> str:
     """Arms side by side, then the savings, each with its 95% interval."""
     head = f"{'arm':<10} {'model calls':>20} {'output tok':>24} {'total tok':>26} {'s/task':>20} {'accuracy %':>20}"
     lines = [head, "-" * len(head)]
     for name, a in report["arms"].items():
-        lines.append(f"{name:<10} {_ci(a['model_calls'], 1, 2):>20} {_ci(a['output_tokens']):>24} "
-                     f"{_ci(a['total_tokens'], 1, 0):>26} {_ci(a['seconds'], 1, 2):>20} {_ci(a['accuracy'], 100):>20}")
+        lines.append(f"{name:<10} {interval(a['model_calls'], 1, 2):>20} {interval(a['output_tokens']):>24} "
+                     f"{interval(a['total_tokens'], 1, 0):>26} {interval(a['seconds'], 1, 2):>20} "
+                     f"{interval(a['accuracy'], 100):>20}")
     s = report["savings"]
-    lines.append(f"saved: calls {_ci(s['calls_saved'], 100)} %, output tokens {_ci(s['tokens_saved'], 100)} %, "
-                 f"total tokens {_ci(s['total_tokens_saved'], 100)} %, wall time {_ci(s['seconds_saved'], 100)} %")
-    lines.append(f"final-answer agreement {_ci(s['agreement'], 100)} %, accuracy change "
-                 f"{_ci(s['accuracy_change'], 100)} points; gravity exits {report['reasons']}")
+    lines.append(f"saved: calls {interval(s['calls_saved'], 100)} %, "
+                 f"output tokens {interval(s['tokens_saved'], 100)} %, "
+                 f"total tokens {interval(s['total_tokens_saved'], 100)} %, "
+                 f"wall time {interval(s['seconds_saved'], 100)} %")
+    lines.append(f"final-answer agreement {interval(s['agreement'], 100)} %, accuracy change "
+                 f"{interval(s['accuracy_change'], 100)} points; gravity exits {report['reasons']}")
     g = report["goal"]
     verdicts = ", ".join(f"{k}: {v}" for k, v in g.items() if k != "met")
     lines.append(f"goal (>=30% tokens, >=20% calls, >=95% agreement): {'met' if g['met'] else 'not met'} ({verdicts})")

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent_gravity.backends.base import GenerationRequest, SamplingSettings, drain
 from agent_gravity.backends.local_transformers import TransformersBackend
-from agent_gravity.bench._report import figure, write_json
+from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench._stats import mean_ci
 from agent_gravity.bench.kv_tasks import Question, Transcript
 from agent_gravity.trim import TrimBudgetError, TrimPolicy, trim_policy_from_spec
@@ -178,18 +178,15 @@ def run(backend: TransformersBackend, transcripts: Sequence[Transcript], names: 
                                             "model": backend.model_name}, "rows": rows}
 
 
-def _ci(f: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
-    return f"{f['value'] * scale:.{digits}f} [{f['lo'] * scale:.{digits}f}, {f['hi'] * scale:.{digits}f}]"
-
-
 def table(report: dict[str, Any]) -> str:
     """One row per method, budget and mode, with 95% intervals."""
     head = (f"{'method':<15} {'budget':>6} {'mode':>8} {'x fewer bytes':>20} {'recall %':>20} {'top-1 agree %':>20} "
             f"{'s/turn':>18}")
     lines = [head, "-" * len(head)]
     for m in report["methods"]:
-        lines.append(f"{m['method']:<15} {m['budget']:>6} {m['mode']:>8} {_ci(m['bytes_ratio'], 1, 2):>20} "
-                     f"{_ci(m['recall'], 100):>20} {_ci(m['agreement'], 100):>20} {_ci(m['seconds'], 1, 2):>18}")
+        lines.append(f"{m['method']:<15} {m['budget']:>6} {m['mode']:>8} {interval(m['bytes_ratio'], 1, 2):>20} "
+                     f"{interval(m['recall'], 100):>20} {interval(m['agreement'], 100):>20} "
+                     f"{interval(m['seconds'], 1, 2):>18}")
     return "\n".join(lines)
 
 

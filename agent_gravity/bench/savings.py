@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -23,7 +22,7 @@ from agent_gravity._chat_model import ChatGravity
 from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
 from agent_gravity.backends.base import Backend, GenerationRequest, StreamItem
 from agent_gravity.bench import _stats
-from agent_gravity.bench._report import figure, write_json
+from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench.tasks import Task, agrees, is_correct
 
 FULL = "full"
@@ -204,22 +203,16 @@ def _warm(model: ChatGravity, tasks: Sequence[Task], concurrency: int) -> None:
     run_method(model, tasks, config, concurrency)
 
 
-def _ci(figure_: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:
-    if math.isnan(figure_["value"]):
-        return "-"
-    v, lo, hi = (figure_[k] * scale for k in ("value", "lo", "hi"))
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
 def table(report: dict[str, Any]) -> str:
     """One row per method: tokens, savings, accuracy, preservation and probes, each with its 95% interval."""
     head = (f"{'method':<12} {'reasoning tok':>22} {'saved %':>22} {'spent tok':>22} {'accuracy %':>20} "
             f"{'preserved %':>22} {'s/item':>18} {'probes':>7}")
     lines = [head, "-" * len(head)]
     for name, m in report["methods"].items():
-        lines.append(f"{name:<12} {_ci(m['reasoning_tokens']):>22} {_ci(m['reasoning_saved'], 100):>22} "
-                     f"{_ci(m['spent_tokens']):>22} {_ci(m['accuracy'], 100):>20} {_ci(m['preservation'], 100):>22} "
-                     f"{_ci(m['seconds_per_item'], 1, 2):>18} {m['probes_total']:>7}")
+        lines.append(f"{name:<12} {interval(m['reasoning_tokens']):>22} {interval(m['reasoning_saved'], 100):>22} "
+                     f"{interval(m['spent_tokens']):>22} {interval(m['accuracy'], 100):>20} "
+                     f"{interval(m['preservation'], 100):>22} "
+                     f"{interval(m['seconds_per_item'], 1, 2):>18} {m['probes_total']:>7}")
     g = report["goal"]
     if g.get("checked"):
         verdicts = ", ".join(f"{k}: {'yes' if g[k] else 'NO'}" for k in g

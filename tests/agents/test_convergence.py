@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 
 from agent_gravity._convergence import ConvergenceConfig, ConvergenceTracker, Step, canonical_call, steps_saved
 
@@ -25,7 +25,8 @@ def test_a_repeated_tool_call_converges_with_the_tool_result_as_answer():
     t = _tracker()
     call = canonical_call("calculator", {"expression": "2*3"})
     assert t.observe(Step("", (call,))) is None
-    t.tool_result("6")
+    t.tool_result(ToolMessage("6", tool_call_id="1"))
+    t.tool_result(ToolMessage("boom", tool_call_id="2", status="error"))  # a failed tool gives no answer
     verdict = t.observe(Step("", (call,)))
     assert verdict.reason == "repeated_tool_call" and verdict.answer == "6" and "2*3" in verdict.detail
 
