@@ -89,3 +89,17 @@ def test_a_finished_turns_reasoning_is_freed_and_never_read_back(transformers_ba
     follow = chat.invoke([*question, reply, HumanMessage("And then he eats one?")], conversation_id="reasoning")
     report = follow.response_metadata["gravity"]["session"]
     assert report["reset"] is None and 0 < report["reused_tokens"] <= prompt
+
+
+def test_the_ragged_cache_gives_exactly_transformers_own_logits(transformers_backend):
+    import torch
+    from transformers import DynamicCache
+
+    ids = transformers_backend.encode("The capital of France is Paris. The capital of Italy is")
+    model, ragged = transformers_backend._model, transformers_backend.new_cache()
+    dynamic = DynamicCache(config=model.config)
+    with torch.no_grad():
+        for step in (ids, [ids[-1]], [ids[-2]]):
+            ours = transformers_backend.forward(step, ragged)
+            theirs = model(torch.tensor([step]), past_key_values=dynamic, use_cache=True).logits[0, -1].float()
+            assert torch.equal(ours, theirs)
