@@ -366,7 +366,7 @@ class ChatGravity(BaseChatModel):
     def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
         usage = usage_metadata(result)
         profile = self._profile if call.from_profile else None
-        session = {**dataclasses.asdict(result.session), "trim": self._trim(call, result)} if result.session else None
+        session = {**dataclasses.asdict(result.session), **self._compress(call, result)} if result.session else None
         gravity = {**gravity_metadata(result), "profile": profile, "task": call.task, "session": session}
         set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
                                                  result.finish_reason, dict(usage), gravity))
@@ -415,18 +415,23 @@ class ChatGravity(BaseChatModel):
             content=rest, tool_call_chunks=chunks, id=item.response_id, chunk_position="last",
             **self._message_fields(call, item, span)))
 
-    def _trim(self, call: _Call, result: GenerationResult) -> dict[str, Any] | None:
-        """Trim the conversation's cache when its untrimmed stretch has grown past ``kv.trim_above``."""
+    def _compress(self, call: _Call, result: GenerationResult) -> dict[str, dict[str, Any] | None]:
+        """Store the conversation's gravity zones in 8 bits, then trim its cache when the stretch written since
+        its last trim has grown past ``kv.trim_above``; the reports of both (None where nothing was done)."""
         kv, report = self.kv, result.session
         if kv is None or not kv.trim or report is None:
-            return None
-        session = call.backend.sessions[report.id]
-        if session.cache.next_position - session.trimmed_until - kv.window <= kv.trim_above:
-            return None
-        from agent_gravity.trim import trim_policy_from_spec
+            return {"quantize": None, "trim": None}
+        from agent_gravity.trim import GravityZone, trim_policy_from_spec
 
-        trimmed = call.backend.trim(report.id, trim_policy_from_spec(kv.policy), kv.ratio, kv.sinks, kv.window)
-        return dataclasses.asdict(trimmed)
+        quantized = None
+        if kv.quantize_below is not None:
+            zone = GravityZone(kv.quantize_below, kv.zone_patience)
+            quantized = dataclasses.asdict(call.backend.quantize(report.id, zone, kv.sinks, kv.window))
+        session, trimmed = call.backend.sessions[report.id], None
+        if session.cache.next_position - session.trimmed_until - kv.window > kv.trim_above:
+            trimmed = dataclasses.asdict(call.backend.trim(report.id, trim_policy_from_spec(kv.policy), kv.ratio,
+                                                           kv.sinks, kv.window))
+        return {"quantize": quantized, "trim": trimmed}
 
     @staticmethod
     def _splitter(call: _Call) -> ReasoningSplitter | ToolStreamSplitter | None:

@@ -196,7 +196,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-_KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect")
+_KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity", "head_entropy_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 
 

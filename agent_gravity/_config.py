@@ -132,7 +132,10 @@ class KVConfig(BaseModel):
 
     After a call with a ``conversation_id``, once the conversation's cache holds more than
     ``trim_above`` tokens written since its last trim, that stretch is trimmed with ``policy``
-    to about ``1 / ratio`` per KV head, keeping ``sinks`` and the last ``window`` tokens.
+    to about ``1 / ratio`` per KV head, keeping ``sinks`` and the last ``window`` tokens. Before
+    that, after every such call, the entries read or written inside a gravity zone (``zone_patience``
+    tokens whose mean next-token entropy is under ``quantize_below`` nats) are stored in 8 bits
+    instead of being trimmed.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -143,6 +146,10 @@ class KVConfig(BaseModel):
     sinks: int = Field(4, ge=0)
     window: int = Field(32, ge=1)
     trim_above: int = Field(1024, ge=1)
+    quantize_below: float | None = Field(0.5, gt=0, allow_inf_nan=False)
+    """Entropy (nats) under which a stretch is a gravity zone, stored in 8 bits; None keeps every entry at full
+    precision."""
+    zone_patience: int = Field(8, ge=1)
     trim: bool = True
     """Trim session caches; False on a backend without them (vLLM), where only compaction applies."""
     compact_tool_outputs: int | None = Field(None, ge=0)

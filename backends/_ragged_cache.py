@@ -6,12 +6,17 @@ keeps one ``[n_h, dim]`` tensor per key-value head (grouped-query layouts are st
 and records the original position of each entry. For attention it lays the heads out padded,
 for that call only, and the ``agent_gravity_ragged`` attention function masks the padding per head.
 It also keeps the last ``window`` query vectors per layer: what trim policies score keys with.
+
+Entries can be stored in 8 bits (``quantize``): symmetric int8 with one scale per entry, per head,
+for keys and values alike. They are dequantized into the padded layout of each call only, and
+attention does not care about the order of entries (RoPE is applied before they are cached).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,17 +27,90 @@ _ACTIVE: contextvars.ContextVar[RaggedCache | None] = contextvars.ContextVar("ag
 
 
 @dataclass
+class Int8KV:
+    """Entries stored in 8 bits: ``x ~ q * scale``, one scale per entry for keys and one for values."""
+
+    keys: torch.Tensor
+    key_scales: torch.Tensor
+    values: torch.Tensor
+    value_scales: torch.Tensor
+    positions: torch.Tensor
+
+    @classmethod
+    def pack(cls, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> Int8KV:
+        k, ks = _int8(keys)
+        v, vs = _int8(values)
+        return cls(k, ks, v, vs, positions.clone())
+
+    def unpack(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values ``[n, dim]`` in ``dtype``."""
+        return self.keys.to(dtype) * self.key_scales, self.values.to(dtype) * self.value_scales
+
+    def where(self, keep: torch.Tensor) -> Int8KV:
+        """Only the entries where the boolean ``keep`` holds, as new tensors."""
+        return Int8KV(*(t[keep].clone() for t in (self.keys, self.key_scales, self.values, self.value_scales,
+                                                  self.positions)))
+
+    def cat(self, other: Int8KV) -> Int8KV:
+        return Int8KV(*(torch.cat([a, b]) for a, b in zip(
+            (self.keys, self.key_scales, self.values, self.value_scales, self.positions),
+            (other.keys, other.key_scales, other.values, other.value_scales, other.positions))))
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.keys, self.key_scales, self.values, self.value_scales, self.positions
+
+
+def _int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8: the values and the ``[n, 1]`` scales (in ``x``'s dtype)."""
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / 127
+    return torch.round(x / scale).clamp(-127, 127).to(torch.int8), scale
+
+
+@dataclass
 class HeadKV:
-    """One key-value head's entries: post-RoPE keys, values and their original positions."""
+    """One key-value head's entries: post-RoPE keys, values and their original positions at full
+    precision, and those stored in 8 bits (``packed``), which trims leave alone."""
 
     keys: torch.Tensor
     values: torch.Tensor
     positions: torch.Tensor
+    packed: Int8KV | None = None
 
     def select(self, keep: torch.Tensor) -> HeadKV:
-        """Only the entries at ``keep`` (sorted), as new tensors: the old ones can be freed."""
+        """Only the full-precision entries at ``keep`` (and every packed one), as new tensors: the old ones
+        can be freed."""
         keep = keep.sort().values
-        return HeadKV(self.keys[keep].clone(), self.values[keep].clone(), self.positions[keep].clone())
+        return HeadKV(self.keys[keep].clone(), self.values[keep].clone(), self.positions[keep].clone(), self.packed)
+
+    def where(self, keep: Callable[[torch.Tensor], torch.Tensor]) -> HeadKV:
+        """Only the entries whose positions pass ``keep`` (positions to a boolean mask), packed ones too."""
+        head = self.select(torch.nonzero(keep(self.positions)).flatten())
+        if self.packed is not None:
+            head.packed = self.packed.where(keep(self.packed.positions))
+        return head
+
+    def quantize(self, positions: torch.Tensor) -> HeadKV:
+        """Move the full-precision entries at ``positions`` to 8 bits; packed ones are never packed again."""
+        chosen = torch.isin(self.positions, positions)
+        if not bool(chosen.any()):
+            return self
+        fresh = Int8KV.pack(self.keys[chosen], self.values[chosen], self.positions[chosen])
+        head = self.select(torch.nonzero(~chosen).flatten())
+        head.packed = fresh if self.packed is None else self.packed.cat(fresh)
+        return head
+
+    def layout(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every entry's keys and values at full precision, packed ones first (for one attention call)."""
+        if self.packed is None:
+            return self.keys, self.values
+        keys, values = self.packed.unpack(self.keys.dtype)
+        return torch.cat([keys, self.keys]), torch.cat([values, self.values])
+
+    def __len__(self) -> int:
+        return self.keys.shape[0] + (0 if self.packed is None else self.packed.keys.shape[0])
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.keys, self.values, self.positions, *(() if self.packed is None else self.packed.tensors()))
 
 
 @dataclass
@@ -47,6 +125,9 @@ class RaggedCache:
     queries: list[torch.Tensor | None] = field(default_factory=list)
     """Per layer, the last ``window`` query vectors ``[q_heads, w, dim]`` (post-RoPE)."""
     next_position: int = 0
+    entropy: torch.Tensor = field(default_factory=lambda: torch.full((1,), math.nan))
+    """Per position, the entropy of the next-token distribution its token was read or sampled from (NaN
+    for the first); one more than ``next_position``: the last is the pending token's."""
     _masks: list[torch.Tensor | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -66,16 +147,16 @@ class RaggedCache:
             self._masks[layer_idx] = None
             return key, value
         old = self.heads[layer_idx]
-        lengths = [h.keys.shape[0] for h in old]
+        lengths = [len(h) for h in old]
         width = max(lengths)
         keys = key.new_zeros(1, self.num_kv_heads, width + q, self.head_dim)
         values = torch.zeros_like(keys)
         for i, head in enumerate(old):
             n = lengths[i]
-            keys[0, i, :n], values[0, i, :n] = head.keys, head.values
+            keys[0, i, :n], values[0, i, :n] = head.layout()
             keys[0, i, width:], values[0, i, width:] = key[0, i], value[0, i]
             old[i] = HeadKV(torch.cat([head.keys, key[0, i]]), torch.cat([head.values, value[0, i]]),
-                            torch.cat([head.positions, positions]))
+                            torch.cat([head.positions, positions]), head.packed)
         self._masks[layer_idx] = _mask(lengths, width, q, key.device)
         return keys, values
 
@@ -101,16 +182,33 @@ class RaggedCache:
     def crop(self, delta: int) -> None:
         """Drop every entry at or past position ``next_position + delta`` (``delta`` <= 0), and go back there."""
         target = self.next_position + delta
-        for layer in self.heads:
-            for i, head in enumerate(layer):
-                layer[i] = head.select(torch.nonzero(head.positions < target).flatten())
+        self._keep_positions(lambda p: p < target)
         self.next_position = target
+        self.entropy = self.entropy[:target + 1]
 
     def drop(self, start: int, end: int) -> None:
         """Free the entries of positions ``[start, end)`` in every head (``next_position`` stays)."""
+        self._keep_positions(lambda p: (p < start) | (p >= end))
+
+    def _keep_positions(self, keep: Callable[[torch.Tensor], torch.Tensor]) -> None:
         for layer in self.heads:
             for i, head in enumerate(layer):
-                layer[i] = head.select(torch.nonzero((head.positions < start) | (head.positions >= end)).flatten())
+                layer[i] = head.where(keep)
+
+    def quantize(self, positions: torch.Tensor) -> int:
+        """Store the entries at ``positions`` in 8 bits in every head (those already packed stay as they are);
+        returns how many entries were packed."""
+        packed = 0
+        for layer in self.heads:
+            for i, head in enumerate(layer):
+                before = head.keys.shape[0]
+                layer[i] = head.quantize(positions)
+                packed += before - layer[i].keys.shape[0]
+        return packed
+
+    def record_entropy(self, start: int, entropy: torch.Tensor) -> None:
+        """Entropies of the distributions read at positions ``start...``: each predicted the next position's token."""
+        self.entropy = torch.cat([self.entropy[:start + 1], entropy.detach().float().cpu()])
 
     def keep(self, layer_idx: int, kept: Sequence[torch.Tensor]) -> None:
         """Keep only ``kept[h]`` (entry indices) in each KV head of a layer; the rest is freed."""
@@ -118,12 +216,15 @@ class RaggedCache:
 
     def lengths(self) -> list[list[int]]:
         """Entries held per layer and KV head."""
-        return [[h.keys.shape[0] for h in layer] for layer in self.heads]
+        return [[len(h) for h in layer] for layer in self.heads]
+
+    def packed(self) -> int:
+        """Entries stored in 8 bits, over every layer and KV head."""
+        return sum(0 if h.packed is None else h.packed.keys.shape[0] for layer in self.heads for h in layer)
 
     def nbytes(self) -> int:
-        """Bytes the keys, values and positions really hold."""
-        return sum(t.numel() * t.element_size() for layer in self.heads for h in layer
-                   for t in (h.keys, h.values, h.positions))
+        """Bytes the keys, values, scales and positions really hold."""
+        return sum(t.numel() * t.element_size() for layer in self.heads for h in layer for t in h.tensors())
 
 
 def _mask(lengths: list[int], width: int, q: int, device: torch.device) -> torch.Tensor | None:

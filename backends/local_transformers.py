@@ -36,7 +36,8 @@ from agent_gravity.backends.base import (
     SessionReport,
     StreamItem,
 )
-from agent_gravity.trim import Budget, LayerStretch, TrimBudgetError, TrimPolicy
+from agent_gravity.kernels import token_entropy
+from agent_gravity.trim import Budget, GravityZone, LayerStretch, TrimBudgetError, TrimPolicy
 from agent_gravity.trim.protect import exact_value_positions
 
 
@@ -154,6 +155,7 @@ class TransformersBackend(HFTokenizerMethods):
             out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
                               position_ids=positions, attention_mask=unused_mask, use_cache=True)
         cache.advance(q)
+        cache.record_entropy(start, _entropies(out.logits[0]))
         return out.logits[0, -1].float()
 
     def new_cache(self) -> RaggedCache:
@@ -194,6 +196,17 @@ class TransformersBackend(HFTokenizerMethods):
                     self._trim_layer(cache, layer, policy, Budget(ratio), start, end, protected)
                 session.trimmed_until = end
             return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())))
+
+    def quantize(self, session_id: str, zone: GravityZone, sinks: int = 4, window: int = 32) -> TrimReport:
+        """Store in 8 bits the entries of a session's cache that lie in a gravity ``zone``, past its sinks and
+        last trim and before its recent ``window``; entries already compressed stay as they are."""
+        with self._lock:
+            session = self.session(session_id)
+            cache = session.cache
+            before, held = cache.nbytes(), sum(map(sum, cache.lengths()))
+            cache.quantize(zone.positions(cache.entropy, max(session.trimmed_until, sinks),
+                                          cache.next_position - window))
+            return TrimReport(session_id, "int8_gravity", before, cache.nbytes(), held, held)
 
     @staticmethod
     def _trim_layer(cache: RaggedCache, layer: int, policy: TrimPolicy, budget: Budget, start: int, end: int,
@@ -261,6 +274,11 @@ class TransformersBackend(HFTokenizerMethods):
     def _fresh(self, session_id: str) -> Any:
         self.sessions[session_id] = KVSession(self.new_cache(), [])
         return self.sessions[session_id].cache
+
+
+def _entropies(logits: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """Next-token entropy of each row of ``[q, vocab]`` logits, a chunk of rows at a time (bounded memory)."""
+    return torch.cat([token_entropy(logits[i:i + chunk].float()).entropy for i in range(0, logits.shape[0], chunk)])
 
 
 def _as_list(value: Any) -> list[int]:

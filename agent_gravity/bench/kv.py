@@ -22,14 +22,18 @@ from agent_gravity.backends.local_transformers import TransformersBackend
 from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench._stats import mean_ci
 from agent_gravity.bench.kv_tasks import Question, Transcript
-from agent_gravity.trim import TrimBudgetError, TrimPolicy, trim_policy_from_spec
+from agent_gravity.trim import GravityZone, TrimBudgetError, TrimPolicy, trim_policy_from_spec
 
 POLICIES: dict[str, dict[str, Any]] = {
-    "head_entropy": {"name": "head_entropy"},
-    "snapkv": {"name": "snapkv"},
-    "streaming_llm": {"name": "streaming_llm"},
-    "snapkv_protect": {"name": "snapkv", "protect": True},
+    "head_entropy": {"policy": {"name": "head_entropy"}},
+    "snapkv": {"policy": {"name": "snapkv"}},
+    "streaming_llm": {"policy": {"name": "streaming_llm"}},
+    "snapkv_protect": {"policy": {"name": "snapkv", "protect": True}},
+    "int8_gravity": {"zone": {}},
+    "head_entropy_int8": {"policy": {"name": "head_entropy"}, "zone": {}},
 }
+"""Each method: a trim policy, gravity zones stored in 8 bits first, or both. Zones alone hold what they
+hold (one row, budget 1: every entry stays); with a policy, the trim makes up the rest of the budget."""
 BUDGETS = (2, 4, 8)
 MODES = ("unknown", "known")
 GOAL = {"budget": 4, "recall": 0.95, "agreement": 0.90}
@@ -45,13 +49,37 @@ class Answer:
     seconds: float
 
 
-def stretch_ratio(entries: int, budget: float, sinks: int = SINKS, window: int = WINDOW) -> float:
-    """The trim ratio over the trimmable stretch that leaves about ``entries / budget`` entries per head."""
-    keep = entries / budget - sinks - window
-    if keep < 1:
-        raise TrimBudgetError(f"{entries} tokens at {budget}x fewer cannot hold {sinks} sinks and a {window}-token "
-                              "window; use longer transcripts or a smaller budget")
-    return max(1.0, (entries - sinks - window) / keep)
+@dataclass(frozen=True)
+class Method:
+    """What one benchmarked method does to a session: store its gravity zones in 8 bits, trim, or both."""
+
+    policy: TrimPolicy | None
+    zone: GravityZone | None
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> Method:
+        return cls(trim_policy_from_spec(spec["policy"]) if "policy" in spec else None,
+                   GravityZone(**spec["zone"]) if "zone" in spec else None)
+
+
+def stretch_ratio(held: float, stretch: float, target: float) -> float:
+    """The trim ratio over a stretch of ``stretch`` bytes that brings ``held`` bytes down to ``target``."""
+    keep = stretch - (held - target)
+    if keep <= 0 or keep < stretch / 1e4:
+        raise TrimBudgetError(f"{held:.0f} bytes cannot come down to {target:.0f} by trimming a {stretch:.0f}-byte "
+                              f"stretch: the {SINKS} sinks, the {WINDOW}-token window (and any 8-bit zones) hold "
+                              "more; use longer transcripts or a smaller budget")
+    return max(1.0, stretch / keep)
+
+
+def stretch_bytes(backend: TransformersBackend, session: str) -> int:
+    """Bytes of the full-precision entries the next trim of a session may evict (past its sinks, before its
+    window, written since its last trim)."""
+    s = backend.sessions[session]
+    start, end = max(s.trimmed_until, SINKS), s.cache.next_position - WINDOW
+    return sum(int(((h.positions >= start) & (h.positions < end)).sum()) *
+               (h.keys.shape[1] * h.keys.element_size() * 2 + h.positions.element_size())
+               for layer in s.cache.heads for h in layer)
 
 
 def _prompt(backend: TransformersBackend, transcript: Transcript, q: Question) -> list[int]:
@@ -75,14 +103,19 @@ def recalled(text: str, value: str) -> bool:
     return bool(words) and words[0].rstrip(".,;") == value
 
 
-def _trimmed(backend: TransformersBackend, base: str, name: str, policy: TrimPolicy, budget: float) -> int:
+def _trimmed(backend: TransformersBackend, base: str, name: str, method: Method, budget: float) -> int:
     backend.fork_session(base, name)
-    entries = backend.sessions[name].cache.next_position
-    backend.trim(name, policy, stretch_ratio(entries, budget), SINKS, WINDOW)
-    return backend.sessions[name].cache.nbytes()
+    cache = backend.sessions[name].cache
+    full = cache.nbytes()
+    if method.zone is not None:
+        backend.quantize(name, method.zone, SINKS, WINDOW)
+    if method.policy is not None:
+        ratio = stretch_ratio(cache.nbytes(), stretch_bytes(backend, name), full / budget)
+        backend.trim(name, method.policy, ratio, SINKS, WINDOW)
+    return cache.nbytes()
 
 
-def run_transcript(backend: TransformersBackend, t: Transcript, policies: dict[str, TrimPolicy],
+def run_transcript(backend: TransformersBackend, t: Transcript, methods: dict[str, Method],
                    budgets: Sequence[float]) -> list[dict[str, Any]]:
     """Every method on one transcript: one row per (method, mode, question)."""
     base = f"kv-{t.id}"
@@ -95,23 +128,28 @@ def run_transcript(backend: TransformersBackend, t: Transcript, policies: dict[s
         full_bytes = backend.sessions[base].cache.nbytes()
         rows.append(_row(t, q, "full", 1, "unknown", full_bytes, full, full, [1.0]))
         for mode in MODES:
-            for name, policy in policies.items():
-                for budget in budgets:
-                    rows.append(_method_row(backend, t, q, base, prompt, full, name, policy, budget, mode))
+            for name, method in methods.items():
+                for budget in budgets if method.policy is not None else [1]:
+                    rows.append(_method_row(backend, t, q, base, prompt, full, name, method, budget, mode))
         backend.end_session(f"{base}-full")
     backend.end_session(base)
     return rows
 
 
 def _method_row(backend: TransformersBackend, t: Transcript, q: Question, base: str, prompt: list[int],
-                full: Answer, name: str, policy: TrimPolicy, budget: float, mode: str) -> dict[str, Any]:
+                full: Answer, name: str, method: Method, budget: float, mode: str) -> dict[str, Any]:
     sid = f"{base}-{name}-{budget}-{mode}"
     source = base
     if mode == "known":  # the question is in the cache before it is trimmed
         backend.fork_session(base, f"{sid}-q")
         answer(backend, f"{sid}-q", prompt, 1)
         source = f"{sid}-q"
-    held = _trimmed(backend, source, sid, policy, budget)
+    try:
+        held = _trimmed(backend, source, sid, method, budget)
+    except TrimBudgetError as exc:  # e.g. 8-bit zones alone hold more than the budget: said, not hidden
+        for s in (sid, f"{sid}-q"):
+            backend.sessions.pop(s, None)
+        return {"transcript": t.id, "method": name, "budget": budget, "mode": mode, "unreachable": str(exc)}
     got = answer(backend, sid, prompt, len(full.ids))
     top1 = backend.teacher_force(sid, prompt, full.ids)
     agree = [float(a == b) for a, b in zip(top1, full.ids)]
@@ -130,7 +168,10 @@ def _row(t: Transcript, q: Question, method: str, budget: float, mode: str, held
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per (method, budget, mode): means over transcripts with 95% intervals."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
+    unreachable = sorted({(r["method"], r["budget"], r["mode"]) for r in rows if "unreachable" in r})
     for r in rows:
+        if (r["method"], r["budget"], r["mode"]) in unreachable:
+            continue
         groups.setdefault((r["method"], r["budget"], r["mode"]), []).append(r)
     full_bytes = _per_transcript(groups[("full", 1, "unknown")], "bytes")
     out = []
@@ -143,7 +184,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "seconds": mean_ci(_per_transcript(rs, "seconds")),
                     "recall_by_turn": {turn: _rate([r["recall"] for r in rs if r["turn"] == turn])
                                        for turn in ("early", "middle", "late")}})
-    return {"methods": out, "goal": _goal(out)}
+    return {"methods": out, "goal": _goal(out),
+            "unreachable": [{"method": m, "budget": b, "mode": mode} for m, b, mode in unreachable]}
 
 
 def _rate(values: list[bool]) -> float:
@@ -168,11 +210,11 @@ def _goal(methods: list[dict[str, Any]]) -> dict[str, Any]:
 def run(backend: TransformersBackend, transcripts: Sequence[Transcript], names: Sequence[str],
         budgets: Sequence[float], on_transcript: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """The whole benchmark; the report keeps every row."""
-    policies = {n: trim_policy_from_spec(POLICIES[n]) for n in names}
+    methods = {n: Method.from_spec(POLICIES[n]) for n in names}
     rows = []
     for t in transcripts:
         on_transcript(t.id)
-        rows += run_transcript(backend, t, policies, budgets)
+        rows += run_transcript(backend, t, methods, budgets)
     return {**summarize(rows), "settings": {"transcripts": len(transcripts), "policies": list(names),
                                             "budgets": list(budgets), "sinks": SINKS, "window": WINDOW,
                                             "model": backend.model_name}, "rows": rows}
@@ -180,13 +222,15 @@ def run(backend: TransformersBackend, transcripts: Sequence[Transcript], names: 
 
 def table(report: dict[str, Any]) -> str:
     """One row per method, budget and mode, with 95% intervals."""
-    head = (f"{'method':<15} {'budget':>6} {'mode':>8} {'x fewer bytes':>20} {'recall %':>20} {'top-1 agree %':>20} "
+    head = (f"{'method':<18} {'budget':>6} {'mode':>8} {'x fewer bytes':>20} {'recall %':>20} {'top-1 agree %':>20} "
             f"{'s/turn':>18}")
     lines = [head, "-" * len(head)]
     for m in report["methods"]:
-        lines.append(f"{m['method']:<15} {m['budget']:>6} {m['mode']:>8} {interval(m['bytes_ratio'], 1, 2):>20} "
+        lines.append(f"{m['method']:<18} {m['budget']:>6} {m['mode']:>8} {interval(m['bytes_ratio'], 1, 2):>20} "
                      f"{interval(m['recall'], 100):>20} {interval(m['agreement'], 100):>20} "
                      f"{interval(m['seconds'], 1, 2):>18}")
+    lines += [f"{u['method']:<18} {u['budget']:>6} {u['mode']:>8}   unreachable: what must stay holds more"
+              for u in report.get("unreachable", [])]
     return "\n".join(lines)
 
 

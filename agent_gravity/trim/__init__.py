@@ -6,6 +6,7 @@ from typing import Any
 
 from agent_gravity._spec import from_spec
 from agent_gravity.trim.base import Budget, LayerStretch, TrimBudgetError, TrimPolicy
+from agent_gravity.trim.gravity_zone import GravityZone
 from agent_gravity.trim.head_entropy import HeadEntropyPolicy
 from agent_gravity.trim.snapkv import SnapKVPolicy
 from agent_gravity.trim.streaming_llm import StreamingLLMPolicy
@@ -18,5 +19,5 @@ def trim_policy_from_spec(spec: dict[str, Any]) -> TrimPolicy:
     return from_spec(TRIM_POLICIES, spec, "trim policy", "{'name': 'snapkv'}")
 
 
-__all__ = ["Budget", "HeadEntropyPolicy", "LayerStretch", "SnapKVPolicy", "StreamingLLMPolicy", "TRIM_POLICIES",
+__all__ = ["Budget", "GravityZone", "HeadEntropyPolicy", "LayerStretch", "SnapKVPolicy", "StreamingLLMPolicy", "TRIM_POLICIES",
            "TrimBudgetError", "TrimPolicy", "trim_policy_from_spec"]

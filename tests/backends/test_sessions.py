@@ -54,7 +54,7 @@ def test_a_chat_model_with_kv_config_trims_each_conversation_as_it_grows(transfo
     from agent_gravity import KVConfig
 
     chat = ChatGravity(backend=transformers_backend, gravity=OFF, max_tokens=6,
-                       kv=KVConfig(policy={"name": "snapkv"}, ratio=4, trim_above=64))
+                       kv=KVConfig(policy={"name": "snapkv"}, ratio=4, trim_above=64, quantize_below=None))
     long = HumanMessage("Log:\n" + "\n".join(f"line {i}: all fine" for i in range(40)) + "\nSummarise the log.")
     first = chat.invoke([long], conversation_id="kv-config").response_metadata["gravity"]["session"]
     trim = first["trim"]

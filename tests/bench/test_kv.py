@@ -25,10 +25,11 @@ def test_transcripts_are_seeded_and_bury_one_value_per_tool_output():
 
 
 def test_budgets_leave_the_sinks_and_window_and_say_when_they_cannot():
-    assert kv.stretch_ratio(1000, 4) == pytest.approx((1000 - 36) / (250 - 36))
-    assert kv.stretch_ratio(100, 1.0) == 1.0
-    with pytest.raises(TrimBudgetError, match="cannot hold 4 sinks and a 32-token window"):
-        kv.stretch_ratio(200, 8)
+    assert kv.stretch_ratio(1000, 964, 1000 / 4) == pytest.approx((1000 - 36) / (250 - 36))
+    assert kv.stretch_ratio(100, 64, 100) == 1.0
+    assert kv.stretch_ratio(600, 300, 400) == pytest.approx(3.0)  # 8-bit zones hold 300 bytes no trim touches
+    with pytest.raises(TrimBudgetError, match="the 4 sinks, the 32-token window .and any 8-bit zones. hold more"):
+        kv.stretch_ratio(200, 164, 200 / 8)
 
 
 def test_recall_is_the_exact_value_as_the_first_word():
@@ -56,20 +57,29 @@ def test_summary_has_intervals_over_transcripts_and_checks_the_goal():
     assert ours["bytes_ratio"]["value"] == pytest.approx(4.0) and ours["recall"]["value"] == pytest.approx(2 / 3)
     assert ours["recall_by_turn"] == {"early": 0.0, "middle": 1.0, "late": 1.0}
     assert report["goal"] == {"checked": True, "unknown": {"recall": False, "agreement": True}}
-    assert "head_entropy" in kv.table(report)
+    assert "head_entropy" in kv.table(report) and report["unreachable"] == []
+    rows.append({"transcript": "t0", "method": "head_entropy_int8", "budget": 8, "mode": "unknown",
+                 "unreachable": "8-bit zones hold more"})
+    report = kv.summarize(rows)
+    assert report["unreachable"] == [{"method": "head_entropy_int8", "budget": 8, "mode": "unknown"}]
+    assert "head_entropy_int8       8  unknown   unreachable" in kv.table(report)
 
 
 def test_a_reduced_run_on_the_real_model(capsys, tmp_path):
     pytest.importorskip("transformers")
     args = ["bench", "kv", "--transcripts", "1", "--noise-lines", "12", "--budgets", "2", "--policies",
-            "head_entropy", "streaming_llm", "--json", "--out", str(tmp_path)]
+            "head_entropy", "streaming_llm", "head_entropy_int8", "int8_gravity", "--json", "--out", str(tmp_path)]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
-    methods = {(m["method"], m["mode"]) for m in report["methods"]}
-    assert methods == {("full", "unknown"), *((p, mode) for p in ("head_entropy", "streaming_llm")
-                                             for mode in ("unknown", "known"))}
+    methods = {(m["method"], m["budget"], m["mode"]) for m in report["methods"]}
+    trims = ("head_entropy", "streaming_llm", "head_entropy_int8")
+    assert methods == {("full", 1, "unknown"), *((p, 2, mode) for p in trims for mode in ("unknown", "known")),
+                       ("int8_gravity", 1, "unknown"), ("int8_gravity", 1, "known")}
     for m in report["methods"]:
         assert 0 <= m["recall"]["value"] <= 1 and 0 <= m["agreement"]["value"] <= 1
-        if m["method"] != "full":
+        if m["method"] in trims:
             assert 1.6 < m["bytes_ratio"]["value"] < 2.4
+    # 8 bits instead of eviction: fewer bytes than the full cache, the same top-1 tokens.
+    zones = next(m for m in report["methods"] if m["method"] == "int8_gravity" and m["mode"] == "unknown")
+    assert zones["bytes_ratio"]["value"] > 1.1 and zones["agreement"]["value"] == 1.0
     assert (tmp_path / "kv.json").exists() and (tmp_path / "kv.png").stat().st_size > 0
