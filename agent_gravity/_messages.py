@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -118,4 +119,5 @@ def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
         "answer_complete": answer_started and result.finish_reason == "stop" and not (steering and steering.stopped),
         "entropy": list(result.entropy),
         "entropy_mean": sum(finite) / len(finite) if finite else None,
+        "kv_blocks": dataclasses.asdict(result.kv_blocks) if result.kv_blocks else None,
     }

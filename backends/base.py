@@ -67,6 +67,22 @@ class GenerationResult:
     """Per generated token, the log-probabilities asked for with ``SamplingSettings.logprobs``."""
     session: SessionReport | None = None
     """What the backend's session cache did for this request; None without a session."""
+    kv_blocks: KVBlockReport | None = None
+    """The paged KV blocks the request held, read from the engine (vLLM); None where there are none."""
+
+
+@dataclass(frozen=True)
+class KVBlockReport:
+    """A request's paged KV blocks, read from the engine when it released them."""
+
+    blocks: int
+    block_size: int
+    """Tokens per block."""
+    cached_tokens: int
+    """Prompt tokens whose blocks came from the engine's prefix cache (not prefilled again)."""
+    engine_blocks_used: int
+    """Blocks every request holds together, once this one has finished."""
+    engine_blocks_total: int
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import psutil
 from agent_gravity._errors import EngineError, EngineMemoryError, EngineTimeoutError, SchemaNotEnforceableError
 from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
+from agent_gravity.backends._vllm_blocks import ledger_for
 from agent_gravity.backends.base import (
     GenerationDelta,
     GenerationRequest,
@@ -161,6 +162,7 @@ class LocalVLLMBackend(HFTokenizerMethods):
         self.max_context = settings.max_model_len
         self.eos_ids = _eos_ids(self._llm)
         self._loop = _EngineLoop(self._llm.llm_engine)
+        self._blocks = ledger_for(self._llm.llm_engine)
         self._ids = itertools.count()
         self.closed = False
 
@@ -222,6 +224,8 @@ class _Run:
 
         self.backend, self.request = backend, request
         self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        if backend._blocks is not None:
+            backend._blocks.watch(self.request_id)
         self.prompt = {"prompt_token_ids": list(request.prompt_ids)}
         s = request.sampling
         self.steering = Steering(request.steering) if request.steering is not None else None
@@ -293,11 +297,12 @@ class _Run:
             items.append(GenerationDelta(list(completion.token_ids), completion.text, list(entropy)))
         if item.finished:
             self.done = True
-            items.append(self._result(completion.finish_reason or "stop"))
+            items.append(self._result(completion.finish_reason or "stop", item.num_cached_tokens))
         return items
 
-    def _result(self, finish_reason: str) -> GenerationResult:
+    def _result(self, finish_reason: str, cached_tokens: int | None) -> GenerationResult:
         n = len(self.token_ids)
+        blocks = self.backend._blocks
         return GenerationResult(
             response_id=self.request_id,
             token_ids=self.token_ids,
@@ -307,12 +312,15 @@ class _Run:
             entropy=self.steering.entropy[:n] if self.steering else [],
             steering=self.steering,
             logprobs=self.logprobs,
+            kv_blocks=None if blocks is None else blocks.report(self.request_id, cached_tokens),
         )
 
     def finish(self, loop: _EngineLoop) -> None:
         from agent_gravity.backends._steered_rows import REGISTRY
 
         self._finished = True  # read on the engine thread: no probe starts after this
+        if self.backend._blocks is not None:
+            self.backend._blocks.forget(self.request_id)
         if not self.done:
             loop.abort(self.request_id)
         for probe_id in self._probe_ids:  # a probe still running has nobody left to answer

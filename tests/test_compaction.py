@@ -30,8 +30,18 @@ def test_compaction_shrinks_the_prompt_on_the_vllm_backend(chat):
     history = [HumanMessage("Check it."),
                AIMessage("", tool_calls=[{"name": "logs", "args": {}, "id": "a", "type": "tool_call"}]),
                ToolMessage(LOG, tool_call_id="a"), AIMessage("Done."), HumanMessage("What was the code?")]
-    plain = chat.invoke(history, max_tokens=4).usage_metadata["input_tokens"]
+    plain = chat.invoke(history, max_tokens=4)
     compact = ChatGravity(backend=chat.get_backend(), kv=KVConfig(trim=False, compact_tool_outputs=0))
-    assert compact.invoke(history, max_tokens=4).usage_metadata["input_tokens"] < plain - 200
+    small = compact.invoke(history, max_tokens=4)
+    assert small.usage_metadata["input_tokens"] < plain.usage_metadata["input_tokens"] - 200
+    # The blocks vLLM's own cache manager held for each call: at least the prompt's, and fewer once compacted.
+    blocks = [m.response_metadata["gravity"]["kv_blocks"] for m in (plain, small)]
+    for message, b in zip((plain, small), blocks):
+        assert b["blocks"] * b["block_size"] >= message.usage_metadata["input_tokens"]
+        assert 0 <= b["engine_blocks_used"] < b["engine_blocks_total"]
+    assert blocks[1]["blocks"] < blocks[0]["blocks"]
+    # What stays is reused: the compacted history again comes from vLLM's prefix cache, whole blocks of it.
+    again = compact.invoke(history, max_tokens=4).response_metadata["gravity"]["kv_blocks"]
+    assert again["cached_tokens"] >= again["block_size"] and again["cached_tokens"] % again["block_size"] == 0
     with pytest.raises(InvalidCallOptionError, match="KVConfig.trim=False"):
         ChatGravity(backend=chat.get_backend(), kv=KVConfig()).invoke("hi")

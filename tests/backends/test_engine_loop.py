@@ -49,7 +49,8 @@ class StandInEngine:
             finished = state[1] >= state[0]
             completion = SimpleNamespace(token_ids=[state[1]], text=f"t{state[1]} ", logprobs=None,
                                          finish_reason="length" if finished else None)
-            outputs.append(SimpleNamespace(request_id=request_id, finished=finished, outputs=[completion]))
+            outputs.append(SimpleNamespace(request_id=request_id, finished=finished, outputs=[completion],
+                                           num_cached_tokens=0))
             if finished:
                 del self.live[request_id]
         return outputs
@@ -58,6 +59,7 @@ class StandInEngine:
 def backend_on(engine: StandInEngine) -> LocalVLLMBackend:
     backend = LocalVLLMBackend.__new__(LocalVLLMBackend)
     backend._loop = _EngineLoop(engine)
+    backend._blocks = None  # a stand-in has no paged KV cache to read
     return backend
 
 
