@@ -19,5 +19,6 @@ def trim_policy_from_spec(spec: dict[str, Any]) -> TrimPolicy:
     return from_spec(TRIM_POLICIES, spec, "trim policy", "{'name': 'snapkv'}")
 
 
-__all__ = ["Budget", "GravityZone", "HeadEntropyPolicy", "LayerStretch", "SnapKVPolicy", "StreamingLLMPolicy", "TRIM_POLICIES",
+__all__ = ["Budget", "GravityZone", "HeadEntropyPolicy",
+           "LayerStretch", "SnapKVPolicy", "StreamingLLMPolicy", "TRIM_POLICIES",
            "TrimBudgetError", "TrimPolicy", "trim_policy_from_spec"]

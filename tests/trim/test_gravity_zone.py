@@ -13,7 +13,7 @@ from agent_gravity._messages import to_chat_dicts
 from agent_gravity.backends._ragged_cache import HeadKV, Int8KV
 from agent_gravity.trim import GravityZone, TrimBudgetError, trim_policy_from_spec
 
-from tests.trim.test_trim_policies import HISTORY, QUESTION, chat_on, session  # noqa: F401 (fixture)
+from tests.trim.conftest import HISTORY, QUESTION
 
 NAN = math.nan
 
@@ -51,7 +51,8 @@ def test_a_head_packs_the_chosen_entries_once_and_crops_and_drops_reach_them():
     assert packed.positions.tolist() == [0, 1, 5, 6, 7, 8, 9] and packed.packed.positions.tolist() == [2, 3, 4]
     assert len(packed) == 10 and sum(t.nbytes for t in packed.tensors()) < sum(t.nbytes for t in head.tensors())
     keys, _ = packed.layout()                                    # packed first, then full precision
-    assert torch.allclose(keys[:3], layout[0][2:5], atol=0.05) and torch.equal(keys[3:], layout[0][[0, 1, 5, 6, 7, 8, 9]])
+    assert torch.allclose(keys[:3], layout[0][2:5], atol=0.05)
+    assert torch.equal(keys[3:], layout[0][[0, 1, 5, 6, 7, 8, 9]])
     again = packed.quantize(torch.tensor([3, 4, 5]))             # 3 and 4 are packed already: only 5 moves
     assert again.packed.positions.tolist() == [2, 3, 4, 5]
     assert torch.equal(again.packed.keys[:3], packed.packed.keys)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import HumanMessage
 
-from agent_gravity import ChatGravity, GravityConfig, SessionNotFoundError
+from agent_gravity import SessionNotFoundError
 from agent_gravity.trim import (
     TRIM_POLICIES,
     Budget,
@@ -18,25 +18,11 @@ from agent_gravity.trim import (
 )
 from agent_gravity.trim.protect import exact_value_positions
 
-NOISE = "\n".join(f"[INFO] worker-{i} heartbeat ok" for i in range(12))
-HISTORY = [SystemMessage("Answer with the exact value."), HumanMessage("Read the log."), AIMessage("Reading."),
-           HumanMessage(f"LOG:\n{NOISE}\n[WARN] deploy code is K7Q2X9\n{NOISE}"), AIMessage("Noted.")]
-QUESTION = HumanMessage("What is the deploy code?")
+from tests.trim.conftest import HISTORY, QUESTION, chat_on
+
 POLICIES = [*(cls() for cls in TRIM_POLICIES.values()),
             *(cls(protect=not cls().protect) for cls in TRIM_POLICIES.values())]
 SINKS, WINDOW = 4, 32
-
-
-def chat_on(backend) -> ChatGravity:
-    return ChatGravity(backend=backend, gravity=GravityConfig(enabled=False, reasoning=None), max_tokens=8)
-
-
-@pytest.fixture
-def session(transformers_backend, request):
-    sid = f"trim-{request.node.name}"
-    chat_on(transformers_backend).invoke(HISTORY, conversation_id=sid)
-    yield sid
-    transformers_backend.sessions.pop(sid, None)
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p.name}-protect={p.protect}")
