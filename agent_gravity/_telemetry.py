@@ -62,6 +62,24 @@ def response_attributes(
         attrs[GRAVITY_PREFIX + "entropy.mean"] = sum(entropy) / len(entropy)
         attrs[GRAVITY_PREFIX + "entropy.min"] = min(entropy)
         attrs[GRAVITY_PREFIX + "entropy.max"] = max(entropy)
+    return {**attrs, **_kv_attributes(gravity)}
+
+
+def _kv_attributes(gravity: dict[str, Any]) -> dict[str, Any]:
+    """What the call's KV cache held: a session's bytes before and after this call's 8-bit zones and trim,
+    and the paged blocks an engine reports."""
+    attrs: dict[str, Any] = {}
+    session = gravity.get("session")
+    if session:
+        done = [r for r in (session.get("quantize"), session.get("trim")) if r]
+        attrs[GRAVITY_PREFIX + "kv.bytes_before"] = done[0]["bytes_before"] if done else session["kv_bytes"]
+        attrs[GRAVITY_PREFIX + "kv.bytes_after"] = done[-1]["bytes_after"] if done else session["kv_bytes"]
+        attrs[GRAVITY_PREFIX + "kv.reused_tokens"] = session["reused_tokens"]
+    blocks = gravity.get("kv_blocks")
+    if blocks:
+        attrs[GRAVITY_PREFIX + "kv.blocks"] = blocks["blocks"]
+        attrs[GRAVITY_PREFIX + "kv.block_size"] = blocks["block_size"]
+        attrs[GRAVITY_PREFIX + "kv.cached_tokens"] = blocks["cached_tokens"]
     return attrs
 
 

@@ -26,7 +26,7 @@ def test_only_stale_tool_outputs_are_collapsed():
     assert chat[1]["content"] == LOG, "the caller's messages are not changed"
 
 
-def test_compaction_shrinks_the_prompt_on_the_vllm_backend(chat):
+def test_compaction_shrinks_the_prompt_on_the_vllm_backend(chat, spans):
     history = [HumanMessage("Check it."),
                AIMessage("", tool_calls=[{"name": "logs", "args": {}, "id": "a", "type": "tool_call"}]),
                ToolMessage(LOG, tool_call_id="a"), AIMessage("Done."), HumanMessage("What was the code?")]
@@ -43,5 +43,8 @@ def test_compaction_shrinks_the_prompt_on_the_vllm_backend(chat):
     # What stays is reused: the compacted history again comes from vLLM's prefix cache, whole blocks of it.
     again = compact.invoke(history, max_tokens=4).response_metadata["gravity"]["kv_blocks"]
     assert again["cached_tokens"] >= again["block_size"] and again["cached_tokens"] % again["block_size"] == 0
+    last = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")][-1].attributes
+    assert (last["agent_gravity.kv.blocks"], last["agent_gravity.kv.cached_tokens"]) == (again["blocks"],
+                                                                                         again["cached_tokens"])
     with pytest.raises(InvalidCallOptionError, match="KVConfig.trim=False"):
         ChatGravity(backend=chat.get_backend(), kv=KVConfig()).invoke("hi")

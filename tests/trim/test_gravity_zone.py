@@ -93,13 +93,17 @@ def test_what_is_packed_is_never_trimmed_and_what_was_trimmed_is_never_packed(tr
             assert all(p in packed[0][0] or p >= trimmed_until for p in head.packed.positions.tolist())
 
 
-def test_a_chat_model_with_kv_config_stores_gravity_zones_in_8_bits_each_turn(transformers_backend):
+def test_a_chat_model_with_kv_config_stores_gravity_zones_in_8_bits_each_turn(transformers_backend, spans):
     chat = ChatGravity(backend=transformers_backend, gravity=GravityConfig(enabled=False), max_tokens=6,
                        kv=KVConfig(trim_above=10_000))
     long = HumanMessage("Log:\n" + "\n".join(f"line {i}: all fine" for i in range(40)) + "\nSummarise the log.")
     meta = chat.invoke([long], conversation_id="kv-int8").response_metadata["gravity"]["session"]
     assert meta["quantize"]["policy"] == "int8_gravity" and meta["trim"] is None
     assert meta["quantize"]["bytes_after"] < meta["quantize"]["bytes_before"] / 1.3
+    (span,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")]
+    assert span.attributes["agent_gravity.kv.bytes_before"] == meta["quantize"]["bytes_before"]
+    assert span.attributes["agent_gravity.kv.bytes_after"] == meta["quantize"]["bytes_after"]
+    assert meta["kv_bytes"] == meta["quantize"]["bytes_before"]  # what the turn left, before it was packed
     plain = ChatGravity(backend=transformers_backend, gravity=GravityConfig(enabled=False), max_tokens=6,
                         kv=KVConfig(trim_above=10_000, quantize_below=None))
     assert plain.invoke([long], conversation_id="kv-fp").response_metadata["gravity"]["session"]["quantize"] is None
