@@ -195,16 +195,11 @@ class RaggedCache:
             for i, head in enumerate(layer):
                 layer[i] = head.where(keep)
 
-    def quantize(self, positions: torch.Tensor) -> int:
-        """Store the entries at ``positions`` in 8 bits in every head (those already packed stay as they are);
-        returns how many entries were packed."""
-        packed = 0
+    def quantize(self, positions: torch.Tensor) -> None:
+        """Store the entries at ``positions`` in 8 bits in every head (those already packed stay as they are)."""
         for layer in self.heads:
             for i, head in enumerate(layer):
-                before = head.keys.shape[0]
                 layer[i] = head.quantize(positions)
-                packed += before - layer[i].keys.shape[0]
-        return packed
 
     def record_entropy(self, start: int, entropy: torch.Tensor) -> None:
         """Entropies of the distributions read at positions ``start...``: each predicted the next position's token."""
