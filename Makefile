@@ -6,7 +6,7 @@ EXTRA ?= cpu
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(EXTRA)
 
-.PHONY: setup demo test
+.PHONY: setup demo test browser dashboard-env
 
 setup: $(STAMP)
 
@@ -23,5 +23,23 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(BIN)/agent-gravity demo
 
-test: setup
+# Arize Phoenix for `agent-gravity dashboard`, in its own environment: its pins clash with vLLM's CPU build.
+DASH_VENV := $(VENV)-dashboard
+DASH_STAMP := $(DASH_VENV)/.installed
+
+dashboard-env: $(DASH_STAMP)
+
+$(DASH_STAMP): Makefile
+	$(PYTHON) -m venv $(DASH_VENV)
+	$(DASH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(DASH_VENV)/bin/python -m pip install --quiet 'arize-phoenix>=20'
+	touch $@
+
+# The report's browser test drives Debian's chromium; as root it is installed here, otherwise that test skips.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core; } || \
+	  echo "chromium is missing and could not be installed (needs root): the browser test will skip"
+
+test: setup dashboard-env browser
 	$(BIN)/python -m pytest

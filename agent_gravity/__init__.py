@@ -16,6 +16,9 @@ _EXPORTS = {
     "ReasoningFormat": "agent_gravity._config",
     "ProbeConfig": "agent_gravity._config",
     "KVConfig": "agent_gravity._config",
+    "TelemetryConfig": "agent_gravity._config",
+    "setup_tracing": "agent_gravity.telemetry._export",
+    "entropy_trace": "agent_gravity.telemetry._trace_file",
     "GravityProfile": "agent_gravity._profile",
     "ConvergenceConfig": "agent_gravity._convergence",
     "GravityMiddleware": "agent_gravity._middleware",
@@ -40,7 +43,7 @@ __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
     from agent_gravity._chat_model import ChatGravity
-    from agent_gravity._config import GravityConfig, KVConfig, ProbeConfig, ReasoningFormat
+    from agent_gravity._config import GravityConfig, KVConfig, ProbeConfig, ReasoningFormat, TelemetryConfig
     from agent_gravity._convergence import ConvergenceConfig
     from agent_gravity._errors import (
         ContextLengthError,
@@ -59,6 +62,8 @@ if TYPE_CHECKING:
     from agent_gravity._loop import AgentLoop, LoopResult, gravity_loop
     from agent_gravity._middleware import GravityMiddleware
     from agent_gravity._profile import GravityProfile, load_profile
+    from agent_gravity.telemetry._export import setup_tracing
+    from agent_gravity.telemetry._trace_file import entropy_trace
 
 
 def __getattr__(name: str) -> Any:

@@ -20,18 +20,19 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from opentelemetry.trace import Span
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from agent_gravity import _model_store
 from agent_gravity._compaction import compact_history
-from agent_gravity._config import NATIVE_THINK, GravityConfig, KVConfig, ReasoningFormat
+from agent_gravity._config import NATIVE_THINK, GravityConfig, KVConfig, ReasoningFormat, TelemetryConfig
 from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
 from agent_gravity._profile import load_profile, profile_path
 from agent_gravity._reasoning import ReasoningSplitter, scaffold, split_reasoning
 from agent_gravity._steering import ReasoningIds, SteeringSpec
-from agent_gravity._telemetry import chat_span, response_attributes, set_attributes
+from agent_gravity.telemetry._call import ChatTelemetry, chat_telemetry
+from agent_gravity.telemetry._content import output_messages
+from agent_gravity.telemetry._trace_file import zone_of
 from agent_gravity._tools import (
     OPEN,
     ToolSet,
@@ -173,6 +174,8 @@ class ChatGravity(BaseChatModel):
     streaming: bool = False
     """``invoke`` streams under the hood (LangChain's convention); the result is the same message."""
     max_model_len: int = Field(4096, ge=16)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    """Spans (own, enrich the caller's, off), opt-in message content, and the entropy trace file."""
     backend: Any = Field(default=None, exclude=True)
     """A ready Backend to use instead of starting the local vLLM engine."""
 
@@ -363,33 +366,51 @@ class ChatGravity(BaseChatModel):
         native = getattr(backend, "single_token_id", lambda _: None)
         return NATIVE_THINK if native("<think>") is not None and native("</think>") is not None else ReasoningFormat()
 
-    def _message_fields(self, call: _Call, result: GenerationResult, span: Span) -> dict[str, Any]:
+    def _telemetry(self, call: _Call, messages: list[BaseMessage]) -> Any:
+        return chat_telemetry(self.telemetry, call.backend.provider, call.backend.model_name, call.params,
+                              call.request.session, messages)
+
+    def _message_fields(self, call: _Call, result: GenerationResult, tel: ChatTelemetry) -> dict[str, Any]:
         usage = usage_metadata(result)
         profile = self._profile if call.from_profile else None
         session = {**dataclasses.asdict(result.session), **self._compress(call, result)} if result.session else None
-        gravity = {**gravity_metadata(result), "profile": profile, "task": call.task, "session": session}
-        set_attributes(span, response_attributes(call.backend.model_name, result.response_id,
-                                                 result.finish_reason, dict(usage), gravity))
+        gravity = {**gravity_metadata(result, call.request.sampling.max_tokens), "profile": profile, "task": call.task,
+                   "session": session}
+        tel.finish(result.response_id, result.finish_reason, dict(usage), gravity,
+                   {"conversation_id": call.request.session, "task": call.task, "zone": zone_of(call.config.policy)},
+                   lambda: self._output_content(call, result))
         return {
             "usage_metadata": usage,
             "response_metadata": {"model_name": call.backend.model_name, "model_provider": call.backend.provider,
                                   "finish_reason": result.finish_reason, "gravity": gravity},
         }
 
-    def _message(self, call: _Call, result: GenerationResult, span: Span) -> AIMessage:
-        fields = self._message_fields(call, result, span)
+    @staticmethod
+    def _parsed(call: _Call, result: GenerationResult) -> tuple[str, str, list, list]:
+        """The output's reasoning, answer, tool calls and invalid tool calls."""
         if call.tools:
             parsed = parse_output(result.text, call.tools)
-            return AIMessage(content=parsed.content, tool_calls=parsed.tool_calls,
-                             invalid_tool_calls=parsed.invalid_tool_calls, id=result.response_id, **fields)
+            return "", parsed.content, parsed.tool_calls, parsed.invalid_tool_calls
         reasoning, answer = split_reasoning(result.text, call.fmt) if call.fmt else ("", result.text.strip())
+        return reasoning, answer, [], []
+
+    def _output_content(self, call: _Call, result: GenerationResult) -> str:
+        reasoning, answer, calls, _ = self._parsed(call, result)
+        return output_messages(reasoning, answer, calls, result.finish_reason)
+
+    def _message(self, call: _Call, result: GenerationResult, tel: ChatTelemetry) -> AIMessage:
+        fields = self._message_fields(call, result, tel)
+        reasoning, answer, calls, invalid = self._parsed(call, result)
+        if call.tools:
+            return AIMessage(content=answer, tool_calls=calls, invalid_tool_calls=invalid, id=result.response_id,
+                             **fields)
         kwargs = {"reasoning_content": reasoning} if reasoning else {}
         return AIMessage(content=answer, additional_kwargs=kwargs, id=result.response_id, **fields)
 
     def _chunk(self, call: _Call, item: StreamItem, splitter: ReasoningSplitter | ToolStreamSplitter | None,
-               span: Span) -> ChatGenerationChunk:
+               tel: ChatTelemetry) -> ChatGenerationChunk:
         if isinstance(splitter, ToolStreamSplitter):
-            return self._tool_chunk(call, item, splitter, span)
+            return self._tool_chunk(call, item, splitter, tel)
         if isinstance(item, GenerationDelta):
             reasoning, answer = splitter.feed(item.text) if splitter else ("", item.text)
             kwargs = {"reasoning_content": reasoning} if reasoning else {}
@@ -398,10 +419,10 @@ class ChatGravity(BaseChatModel):
         kwargs = {"reasoning_content": reasoning} if reasoning else {}
         return ChatGenerationChunk(message=AIMessageChunk(
             content=answer, additional_kwargs=kwargs, id=item.response_id, chunk_position="last",
-            **self._message_fields(call, item, span)))
+            **self._message_fields(call, item, tel)))
 
     def _tool_chunk(self, call: _Call, item: StreamItem, splitter: ToolStreamSplitter,
-                    span: Span) -> ChatGenerationChunk:
+                    tel: ChatTelemetry) -> ChatGenerationChunk:
         """Text streams as it comes; the calls arrive whole, as ``tool_call_chunks`` of the last chunk."""
         if isinstance(item, GenerationDelta):
             return ChatGenerationChunk(message=AIMessageChunk(content=splitter.feed(item.text)))
@@ -413,7 +434,7 @@ class ChatGravity(BaseChatModel):
                   for i, c in enumerate([*parsed.tool_calls, *parsed.invalid_tool_calls])]
         return ChatGenerationChunk(message=AIMessageChunk(
             content=rest, tool_call_chunks=chunks, id=item.response_id, chunk_position="last",
-            **self._message_fields(call, item, span)))
+            **self._message_fields(call, item, tel)))
 
     def _compress(self, call: _Call, result: GenerationResult) -> dict[str, dict[str, Any] | None]:
         """Store the conversation's gravity zones in 8 bits, then trim its cache when the stretch written since
@@ -442,24 +463,24 @@ class ChatGravity(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         call = self._prepare(messages, stop, kwargs)
-        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
-            result = drain(call.backend.stream(call.request))
-            return ChatResult(generations=[ChatGeneration(message=self._message(call, result, span))])
+        with self._telemetry(call, messages) as tel:
+            result = drain(tel.timed(call.backend.stream(call.request)))
+            return ChatResult(generations=[ChatGeneration(message=self._message(call, result, tel))])
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
         call = self._prepare(messages, stop, kwargs)
-        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
-            result = await adrain(call.backend.astream(call.request))
-            return ChatResult(generations=[ChatGeneration(message=self._message(call, result, span))])
+        with self._telemetry(call, messages) as tel:
+            result = await adrain(tel.atimed(call.backend.astream(call.request)))
+            return ChatResult(generations=[ChatGeneration(message=self._message(call, result, tel))])
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
         splitter = self._splitter(call)
-        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
-            for item in call.backend.stream(call.request):
-                chunk = self._chunk(call, item, splitter, span)
+        with self._telemetry(call, messages) as tel:
+            for item in tel.timed(call.backend.stream(call.request)):
+                chunk = self._chunk(call, item, splitter, tel)
                 if run_manager:
                     run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
@@ -469,10 +490,9 @@ class ChatGravity(BaseChatModel):
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
         splitter = self._splitter(call)
-        with chat_span(call.backend.provider, call.backend.model_name, call.params) as span:
-            async for item in call.backend.astream(call.request):
-                chunk = self._chunk(call, item, splitter, span)
+        with self._telemetry(call, messages) as tel:
+            async for item in tel.atimed(call.backend.astream(call.request)):
+                chunk = self._chunk(call, item, splitter, tel)
                 if run_manager:
                     await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                 yield chunk
-

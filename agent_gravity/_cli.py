@@ -1,4 +1,4 @@
-"""Command line: ``agent-gravity demo``, ``model pull``, ``calibrate`` and ``bench ...``."""
+"""Command line: ``agent-gravity demo``, ``model pull``, ``calibrate``, ``bench ...``, ``report`` and ``dashboard``."""
 
 from __future__ import annotations
 
@@ -196,6 +196,19 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from agent_gravity._entropy_report import render_report
+
+    print(render_report(args.trace, args.out))
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from agent_gravity._dashboard import run_dashboard
+
+    return run_dashboard(Path(args.workdir), args.port, detach=args.detach, stop=args.stop)
+
+
 _KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity", "head_entropy_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 
@@ -258,6 +271,17 @@ def build_parser() -> argparse.ArgumentParser:
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
     _report_arguments(kvp, "kv")
     kvp.set_defaults(run=_bench_kv)
+    rep = commands.add_parser("report", help="render an entropy trace file as an HTML report with PNG figures")
+    rep.add_argument("trace", help="a JSONL entropy trace (TelemetryConfig(trace_file=...) or entropy_trace())")
+    rep.add_argument("--out", default="artifacts/report", help="folder for report.html and its PNGs")
+    rep.set_defaults(run=_report)
+    dash = commands.add_parser("dashboard", help="start a Phoenix tracing dashboard on loopback for our spans")
+    dash.add_argument("--workdir", default=str(Path.home() / ".agent-gravity" / "phoenix"),
+                      help="Phoenix's working directory (its database lives there)")
+    dash.add_argument("--port", type=int, default=6006, help="HTTP port on 127.0.0.1 (default 6006)")
+    dash.add_argument("--detach", action="store_true", help="leave it running in the background and return")
+    dash.add_argument("--stop", action="store_true", help="stop the dashboard started with --detach")
+    dash.set_defaults(run=_dashboard)
     cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
     cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")
     cal.add_argument("--items", type=int, default=40, help="warm-up reasoning items (default 40)")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -162,3 +164,33 @@ class KVConfig(BaseModel):
 
         trim_policy_from_spec(spec)  # raises ValueError naming the known policies
         return spec
+
+
+CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+SPANS_ENV = "AGENT_GRAVITY_SPANS"
+_CONTENT_ON = {"true", "1", "span_only", "span_and_event"}
+_CONTENT_OFF = {"", "false", "0", "no_content", "event_only"}
+
+
+def _content_from_env() -> bool:
+    value = os.environ.get(CONTENT_ENV, "").strip().lower()
+    if value not in _CONTENT_ON | _CONTENT_OFF:
+        raise ValueError(f"{CONTENT_ENV}={value!r} is not understood; set it to true or false")
+    return value in _CONTENT_ON
+
+
+class TelemetryConfig(BaseModel):
+    """What agent-gravity records about each call: spans, message content, and the entropy trace file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    spans: Literal["own", "enrich", "off"] = Field(default_factory=lambda: os.environ.get(SPANS_ENV, "own"))
+    """``own``: a ``chat``/``invoke_agent``/``execute_tool`` span of ours under the caller's active span;
+    ``enrich``: no span of ours, our attributes and events go on the caller's active span (for users who
+    already run a LangChain instrumentor); ``off``: no spans. Default: ``$AGENT_GRAVITY_SPANS`` or ``own``.
+    Metrics are recorded in every mode."""
+    capture_content: bool = Field(default_factory=_content_from_env)
+    """Record prompt and completion text on spans (``gen_ai.input.messages``, ``gen_ai.output.messages``).
+    Off unless set, or unless ``$OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is true."""
+    trace_file: Path | None = None
+    """Append each call's entropy trace to this JSONL file (read by ``agent-gravity report``)."""

@@ -65,3 +65,7 @@ class EngineTimeoutError(GravityError, ModelTimeoutError, TimeoutError):
 
 class EngineMemoryError(GravityError, ModelError, MemoryError):
     """A second engine would not fit in this process's memory."""
+
+
+class DashboardError(GravityError, RuntimeError):
+    """The tracing dashboard could not be started or stopped: Phoenix missing, a port taken, a failed start."""

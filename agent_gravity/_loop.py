@@ -26,7 +26,8 @@ from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from pydantic import BaseModel, ConfigDict
 
 from agent_gravity._convergence import ConvergenceConfig, ConvergenceTracker, Step, Verdict, steps_saved
-from agent_gravity._telemetry import GRAVITY_PREFIX, agent_span, set_attributes, tool_span
+from agent_gravity._config import TelemetryConfig
+from agent_gravity.telemetry._spans import GRAVITY_PREFIX, agent_span, set_attributes, tool_span
 
 
 class LoopResult(BaseModel):
@@ -49,8 +50,9 @@ class LoopResult(BaseModel):
 class AgentLoop:
     """The loop's handle: iterate it for steps, report each model reply and tool call through it."""
 
-    def __init__(self, config: ConvergenceConfig) -> None:
+    def __init__(self, config: ConvergenceConfig, telemetry: TelemetryConfig | None = None) -> None:
         self.config = config
+        self.telemetry = telemetry or TelemetryConfig()
         self.tracker = ConvergenceTracker(config)
         self.verdict: Verdict | None = None
 
@@ -69,12 +71,12 @@ class AgentLoop:
 
     def call_tool(self, tool: Any, call: ToolCall) -> ToolMessage:
         """Run a LangChain tool for ``call`` under an ``execute_tool`` span, and record its result."""
-        with tool_span(call["name"], call.get("id")):
+        with tool_span(self.telemetry, call["name"], call.get("id")):
             return self._tool_result(tool.invoke(call), call)
 
     async def acall_tool(self, tool: Any, call: ToolCall) -> ToolMessage:
         """Async form of :meth:`call_tool`."""
-        with tool_span(call["name"], call.get("id")):
+        with tool_span(self.telemetry, call["name"], call.get("id")):
             return self._tool_result(await tool.ainvoke(call), call)
 
     def _tool_result(self, result: Any, call: ToolCall) -> ToolMessage:
@@ -98,14 +100,15 @@ class AgentLoop:
 
 
 def gravity_loop(max_steps: int | None = None, converge: ConvergenceConfig | None = None,
-                 name: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., LoopResult]]:
+                 name: str | None = None,
+                 telemetry: TelemetryConfig | None = None) -> Callable[[Callable[..., Any]], Callable[..., LoopResult]]:
     """Decorate an agent loop function that takes ``loop: AgentLoop``; calling it returns a LoopResult.
 
     The function iterates ``loop``, reports each reply with ``loop.step`` and runs tools with
     ``loop.call_tool``. Iteration ends once the steps converge or ``max_steps`` (default: the
     ``converge`` config's, 12) is reached. The
     run is one ``invoke_agent {name}`` span; model and tool calls nest under it. Works on
-    ``def`` and ``async def`` functions alike.
+    ``def`` and ``async def`` functions alike. ``telemetry`` chooses the span mode (default: TelemetryConfig()).
     """
     config = converge or ConvergenceConfig()
     if max_steps is not None:  # validated like any other setting
@@ -120,8 +123,8 @@ def gravity_loop(max_steps: int | None = None, converge: ConvergenceConfig | Non
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
             async def arun(*args: Any, **kwargs: Any) -> LoopResult:
-                loop = AgentLoop(config)
-                with agent_span(agent) as span:
+                loop = AgentLoop(config, telemetry)
+                with agent_span(loop.telemetry, agent) as span:
                     result = loop.result(await fn(*args, loop=loop, **kwargs))
                     set_attributes(span, _span_attributes(result))
                 return result
@@ -129,8 +132,8 @@ def gravity_loop(max_steps: int | None = None, converge: ConvergenceConfig | Non
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> LoopResult:
-            loop = AgentLoop(config)
-            with agent_span(agent) as span:
+            loop = AgentLoop(config, telemetry)
+            with agent_span(loop.telemetry, agent) as span:
                 result = loop.result(fn(*args, loop=loop, **kwargs))
                 set_attributes(span, _span_attributes(result))
             return result

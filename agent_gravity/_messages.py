@@ -19,6 +19,7 @@ from langchain_core.messages.ai import UsageMetadata
 
 from agent_gravity._errors import InvalidMessageError
 from agent_gravity.backends.base import GenerationResult
+from agent_gravity.policies.base import Lock
 
 ROLES = ("system", "user", "assistant", "tool")
 _CALL_BLOCKS = ("tool_use", "tool_call", "function_call")
@@ -95,8 +96,26 @@ def _split_counts(result: GenerationResult) -> tuple[int, int]:
     return steering.reasoning_tokens or 0, total - steering.answer_start
 
 
-def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
-    """What gravity saw and did during one generation, for ``response_metadata["gravity"]``."""
+def _lock(lock: Lock | None) -> dict[str, Any] | None:
+    if lock is None:
+        return None
+    return {"step": lock.step, "policy": lock.policy, "reason": lock.reason, "values": dict(lock.values)}
+
+
+def _tokens_saved(result: GenerationResult, budget: int) -> int:
+    """Tokens the budget still allowed where gravity cut the output: the reasoning budget left at an early exit,
+    the whole budget left at a stopped loop; an upper bound on what the cut saved, 0 when nothing was cut."""
+    steering = result.steering
+    if steering is None or not steering.terminated_early:
+        return 0
+    if steering.stopped is not None:
+        return max(0, budget - len(result.token_ids))
+    return max(0, steering.spec.reasoning.max_reasoning_tokens - (steering.reasoning_tokens or 0))
+
+
+def gravity_metadata(result: GenerationResult, budget: int) -> dict[str, Any]:
+    """What gravity saw and did during one generation of at most ``budget`` tokens, for
+    ``response_metadata["gravity"]``."""
     steering = result.steering
     reasoning_tokens, answer_tokens = _split_counts(result)
     answer_started = steering is None or steering.spec.reasoning is None or steering.answer_start is not None
@@ -112,10 +131,15 @@ def gravity_metadata(result: GenerationResult) -> dict[str, Any]:
         "detail": lock.describe() if lock and early else None,
         "lock_step": lock.step if lock else None,
         "trigger": dict(lock.values) if lock else None,
+        "lock": _lock(steering.lock) if steering else None,
+        "exit": steering.exit.value if steering and steering.exit else None,
+        "loop_stop": _lock(steering.stopped) if steering else None,
         "probes": len(probes.records) if probes else 0,
+        "probe_steps": [r.step for r in probes.records] if probes else [],
         "probe_tokens": probes.tokens if probes else 0,
         "reasoning_tokens": reasoning_tokens,
         "answer_tokens": answer_tokens,
+        "tokens_saved": _tokens_saved(result, budget),
         "answer_complete": answer_started and result.finish_reason == "stop" and not (steering and steering.stopped),
         "entropy": list(result.entropy),
         "entropy_mean": sum(finite) / len(finite) if finite else None,

@@ -11,11 +11,13 @@ from typing import Annotated, Any, NotRequired
 
 from langchain.agents import AgentState
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse, hook_config
+from langchain.agents.middleware.types import ToolCallRequest
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 
-from agent_gravity._config import GravityConfig
+from agent_gravity._config import GravityConfig, TelemetryConfig
 from agent_gravity._convergence import ConvergenceConfig, ConvergenceTracker, Step, Verdict
+from agent_gravity.telemetry._spans import tool_span
 
 
 class GravityAgentState(AgentState):
@@ -39,10 +41,23 @@ class GravityMiddleware(AgentMiddleware):
 
     state_schema = GravityAgentState
 
-    def __init__(self, converge: ConvergenceConfig | None = None, gravity: GravityConfig | None = None) -> None:
+    def __init__(self, converge: ConvergenceConfig | None = None, gravity: GravityConfig | None = None,
+                 telemetry: TelemetryConfig | None = None) -> None:
         super().__init__()
         self.converge = converge or ConvergenceConfig()
         self.gravity = gravity
+        self.telemetry = telemetry or TelemetryConfig()
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Any]) -> Any:
+        """Run one tool call under an ``execute_tool {name}`` span (in ``telemetry``'s span mode)."""
+        with tool_span(self.telemetry, request.tool_call["name"], request.tool_call.get("id")):
+            return handler(request)
+
+    async def awrap_tool_call(self, request: ToolCallRequest,
+                              handler: Callable[[ToolCallRequest], Awaitable[Any]]) -> Any:
+        """Async form of :meth:`wrap_tool_call`."""
+        with tool_span(self.telemetry, request.tool_call["name"], request.tool_call.get("id")):
+            return await handler(request)
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
         """Run the model call with this middleware's GravityConfig, when it has one."""

@@ -1,4 +1,4 @@
-"""Session-wide fixtures: one in-memory span exporter, one real engine for the whole run."""
+"""Session-wide fixtures: one in-memory span exporter and metric reader, one real engine for the whole run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ["AGENT_GRAVITY_PROFILES"] = tempfile.mkdtemp(prefix="agent-gravity-profiles-")
 
 import pytest  # noqa: E402
-from opentelemetry import trace  # noqa: E402
+from opentelemetry import metrics, trace  # noqa: E402
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
@@ -21,6 +23,22 @@ SPANS = InMemorySpanExporter()
 PROVIDER = TracerProvider()
 PROVIDER.add_span_processor(SimpleSpanProcessor(SPANS))
 trace.set_tracer_provider(PROVIDER)
+METRICS = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[METRICS]))
+
+
+def metric_points(name: str) -> dict[frozenset, float]:
+    """Cumulative value of each data point of metric ``name`` (a histogram's sum, a counter's value), keyed by
+    its attributes."""
+    data = METRICS.get_metrics_data()
+    out: dict[frozenset, float] = {}
+    for resource in data.resource_metrics if data else ():
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    for point in metric.data.data_points:
+                        out[frozenset(point.attributes.items())] = getattr(point, "sum", getattr(point, "value", 0))
+    return out
 
 
 @pytest.fixture

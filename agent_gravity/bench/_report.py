@@ -34,8 +34,10 @@ def write_json(path: Path, data: dict[str, Any]) -> Path:
 
 
 @contextmanager
-def figure(path: Path, title: str, ylabel: str, size: tuple[float, float], ncols: int = 1) -> Iterator[Any]:
-    """Yield the axes of a new figure (a list when ``ncols`` > 1); on exit add legends and write a PNG at ``path``."""
+def figure(path: Path, title: str, ylabel: str, size: tuple[float, float], ncols: int = 1,
+           legend_outside: bool = False) -> Iterator[Any]:
+    """Yield the axes of a new figure (a list when ``ncols`` > 1); on exit add legends (right of the axes when
+    ``legend_outside``) and write a PNG at ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -49,7 +51,7 @@ def figure(path: Path, title: str, ylabel: str, size: tuple[float, float], ncols
         for ax in panels:
             if ylabel:
                 ax.set_ylabel(ylabel)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, **({"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if legend_outside else {}))
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)

@@ -1,4 +1,5 @@
-"""Telemetry: one OpenTelemetry span per model call, GenAI semantic conventions plus gravity attributes."""
+"""Spans: ``chat {model}``, ``invoke_agent {name}`` and ``execute_tool {name}`` under the caller's active span,
+GenAI semantic conventions plus gravity attributes, in the mode the user chose (own, enrich, off)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from agent_gravity import __version__
+from agent_gravity._config import TelemetryConfig
 
 GRAVITY_PREFIX = "agent_gravity."
 _log = logging.getLogger(__name__)
@@ -92,8 +94,14 @@ def set_attributes(span: Span, attrs: dict[str, Any]) -> None:
 
 
 @contextmanager
-def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Span]:
-    """Open a span under the caller's active span; an error is recorded on it and raised on."""
+def _span(mode: str, name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Span]:
+    """Open a span under the caller's active span (``own``), or lend the caller's span (``enrich``), or none
+    (``off``); an error is recorded on a span of ours and raised on."""
+    if mode != "own":
+        span = trace.get_current_span() if mode == "enrich" else INVALID_SPAN
+        set_attributes(span, attributes)
+        yield span
+        return
     with _tracer().start_as_current_span(name, kind=kind, attributes=attributes, record_exception=False,
                                          set_status_on_exception=False) as span:
         try:
@@ -107,20 +115,38 @@ def _span(name: str, kind: SpanKind, attributes: dict[str, Any]) -> Iterator[Spa
             raise
 
 
-def chat_span(provider: str, model: str, params: dict[str, Any]) -> Any:
+def chat_span(config: TelemetryConfig, provider: str, model: str, params: dict[str, Any]) -> Any:
     """Open ``chat {model}`` as a client span under the caller's active span."""
-    return _span(f"chat {model}", SpanKind.CLIENT, request_attributes(provider, model, params))
+    return _span(config.spans, f"chat {model}", SpanKind.CLIENT, request_attributes(provider, model, params))
 
 
-def agent_span(name: str) -> Any:
+def agent_span(config: TelemetryConfig, name: str) -> Any:
     """Open ``invoke_agent {name}``: one agent run, its model and tool calls nest under it."""
-    return _span(f"invoke_agent {name}", SpanKind.INTERNAL,
+    return _span(config.spans, f"invoke_agent {name}", SpanKind.INTERNAL,
                  {gen_ai.GEN_AI_OPERATION_NAME: "invoke_agent", gen_ai.GEN_AI_AGENT_NAME: name})
 
 
-def tool_span(name: str, call_id: str | None) -> Any:
+def tool_span(config: TelemetryConfig, name: str, call_id: str | None) -> Any:
     """Open ``execute_tool {name}`` for one tool call."""
     attrs = {gen_ai.GEN_AI_OPERATION_NAME: "execute_tool", gen_ai.GEN_AI_TOOL_NAME: name}
     if call_id:
         attrs[gen_ai.GEN_AI_TOOL_CALL_ID] = call_id
-    return _span(f"execute_tool {name}", SpanKind.INTERNAL, attrs)
+    return _span(config.spans, f"execute_tool {name}", SpanKind.INTERNAL, attrs)
+
+
+def add_event(span: Span, name: str, attributes: dict[str, Any]) -> None:
+    """Add a span event; telemetry trouble is logged, never raised into the model call."""
+    try:
+        span.add_event(name, attributes)
+    except Exception:  # noqa: BLE001
+        _log.warning("could not record span event %s", name, exc_info=True)
+
+
+def trace_headers() -> dict[str, str]:
+    """W3C ``traceparent`` (and ``tracestate``) of the active span, for requests to a remote vLLM server, so that
+    its own ``llm_request`` span nests under ours."""
+    from opentelemetry.propagate import inject
+
+    headers: dict[str, str] = {}
+    inject(headers)
+    return headers
