@@ -44,6 +44,7 @@ class Dashboard:
 
 def _free(port: int) -> bool:
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will: TIME_WAIT is no listener
         try:
             s.bind((HOST, port))
         except OSError:

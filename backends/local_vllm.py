@@ -7,6 +7,7 @@ import atexit
 import itertools
 import os
 import queue
+import random
 import threading
 import time
 import uuid
@@ -411,16 +412,22 @@ def _start_engine(settings: EngineSettings) -> Any:
 
         start, end = settings.reasoning_markers
         reasoning["reasoning_config"] = ReasoningConfig(reasoning_start_str=start, reasoning_end_str=end)
-    return LLM(
-        model=settings.model_dir,
-        dtype=dtype,
-        max_model_len=settings.max_model_len,
-        enforce_eager=not on_gpu,
-        seed=settings.seed,
-        max_logprobs=settings.max_logprobs,
-        logits_processors=[processor],
-        **reasoning,
-    )
+    # vLLM seeds Python's global RNG as it starts; OpenTelemetry draws trace and span ids from it, so every run
+    # would repeat the same ids (and a dashboard keep only the first of each). Give the process its state back.
+    state = random.getstate()
+    try:
+        return LLM(
+            model=settings.model_dir,
+            dtype=dtype,
+            max_model_len=settings.max_model_len,
+            enforce_eager=not on_gpu,
+            seed=settings.seed,
+            max_logprobs=settings.max_logprobs,
+            logits_processors=[processor],
+            **reasoning,
+        )
+    finally:
+        random.setstate(state)
 
 
 def _eos_ids(llm: Any) -> tuple[int, ...]:

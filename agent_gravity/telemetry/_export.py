@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from agent_gravity import __version__
 
@@ -65,12 +67,26 @@ def setup_tracing(endpoint: str | None = None, *, metrics_export: bool | None = 
     return provider
 
 
+class SystemRandomIdGenerator(IdGenerator):
+    """Trace and span ids from the OS's randomness: libraries that seed Python's global RNG (vLLM does, as it
+    starts) cannot make two runs repeat each other's ids."""
+
+    _random = random.SystemRandom()
+
+    def generate_span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._random.getrandbits(128) or 1
+
+
 def _provider(service_name: str) -> TracerProvider:
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return current
     provider = TracerProvider(resource=Resource.create({"service.name": service_name,
-                                                        "service.version": __version__}))
+                                                        "service.version": __version__}),
+                              id_generator=SystemRandomIdGenerator())
     trace.set_tracer_provider(provider)
     return provider
 

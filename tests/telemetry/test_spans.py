@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -108,3 +109,17 @@ def test_an_agent_run_nests_its_chat_and_tool_spans_under_the_callers_span(adder
     assert tool_.attributes["gen_ai.tool.name"] == "add" and tool_.attributes["gen_ai.tool.call.id"] == "call-1"
     assert tool_.attributes["gen_ai.operation.name"] == "execute_tool"
     assert len({s.context.trace_id for s in (run, model, tool_)}) == 1
+
+
+
+def test_starting_the_engine_gives_the_process_its_random_state_back(monkeypatch):
+    """vLLM seeds Python's global RNG as it starts, and span ids are drawn from it: every run would repeat the same
+    ids, and a dashboard keeps only the first span of each."""
+    import vllm
+
+    from agent_gravity.backends.local_vllm import EngineSettings, _start_engine
+
+    monkeypatch.setattr(vllm, "LLM", lambda **kw: random.seed(kw["seed"]))
+    before = random.getstate()
+    _start_engine(EngineSettings(model_dir="/nonexistent"))
+    assert random.getstate() == before
