@@ -38,6 +38,7 @@ _EXPORTS = {
     "InvalidMessageError": "agent_gravity._errors",
     "ModelCacheError": "agent_gravity._errors",
     "ModelNotFoundError": "agent_gravity._errors",
+    "UpstreamRejectedError": "agent_gravity._errors",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
         SchemaNotEnforceableError,
         SessionNotFoundError,
         ToolSchemaError,
+        UpstreamRejectedError,
     )
     from agent_gravity._loop import AgentLoop, LoopResult, gravity_loop
     from agent_gravity._middleware import GravityMiddleware

@@ -20,7 +20,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
 from agent_gravity import _model_store
 from agent_gravity._compaction import compact_history
@@ -141,7 +141,8 @@ class ChatGravity(BaseChatModel):
     """Chat model that watches next-token entropy and ends reasoning once it has locked in.
 
     ``ChatGravity()`` runs the embedded SmolLM2-135M-Instruct on the local vLLM backend;
-    ``model`` names any local Hugging Face model folder instead.
+    ``model`` names any local Hugging Face model folder instead. With ``base_url`` it runs on
+    OpenAI-compatible servers (vLLM with our plugin decides exits in-engine; others are steered from here).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -162,9 +163,14 @@ class ChatGravity(BaseChatModel):
     """Stop sequences for every call, added to those a call passes."""
     timeout: float | None = Field(None, gt=0)
     """Seconds a call may take; past it the request is aborted and EngineTimeoutError raised."""
-    max_retries: int = Field(0, ge=0)
-    """LangChain's standard parameter. The local engine has no transient failures worth retrying
-    (a failed engine is stopped, not flaky), so it is accepted and has no effect there."""
+    max_retries: int = Field(2, ge=0)
+    """Times a failed request is sent again, on servers (``base_url``); it goes on from the tokens already
+    received. The local engine has no transient failures worth retrying, so it has no effect there."""
+    base_url: str | list[str] | None = None
+    """OpenAI-compatible server(s) serving ``model`` (its served name; None: their only model). Several URLs
+    serving the same model share the requests, each to the least busy."""
+    api_key: SecretStr | None = None
+    """The servers' API key (sent as a bearer token)."""
     kv: KVConfig | None = None
     """Trim each conversation's KV cache as it grows (needs a backend with session caches: transformers)."""
     conversation_id: str | None = None
@@ -198,7 +204,7 @@ class ChatGravity(BaseChatModel):
             return self.backend.model_name
         if self.model is None:
             return _model_store.DEFAULT_MODEL.name
-        return Path(self.model).expanduser().resolve().name
+        return self.model if self.base_url is not None else Path(self.model).expanduser().resolve().name
 
     @property
     def _llm_type(self) -> str:
@@ -217,13 +223,18 @@ class ChatGravity(BaseChatModel):
         return self._backend
 
     def _start_local_backend(self) -> Backend:
+        if self.base_url is not None:
+            from agent_gravity.backends.openai_compatible import OpenAICompatibleBackend
+
+            return OpenAICompatibleBackend(self.base_url, api_key=self.api_key, model=self.model,
+                                           max_retries=self.max_retries)
         return local_backend(self.model, max_model_len=self.max_model_len)
 
     def _backend_for(self, model: str | None) -> Backend:
         """This model's backend, or the local engine of another model folder named per call."""
         if model == self.model:
             return self.get_backend()
-        if self.backend is not None:
+        if self.backend is not None or self.base_url is not None:
             raise InvalidCallOptionError(f"model={model!r} was passed per call, but this chat model runs on a "
                                          "fixed backend that serves one model; create a ChatGravity for that model")
         return local_backend(model, max_model_len=self.max_model_len)

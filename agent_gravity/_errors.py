@@ -69,3 +69,7 @@ class EngineMemoryError(GravityError, ModelError, MemoryError):
 
 class DashboardError(GravityError, RuntimeError):
     """The tracing dashboard could not be started or stopped: Phoenix missing, a port taken, a failed start."""
+
+
+class UpstreamRejectedError(GravityError, ModelInvalidRequestError, ValueError):
+    """An OpenAI-compatible server refused the request (HTTP 4xx); its message says what to fix."""

@@ -182,6 +182,14 @@ class Steering:
         self._guards = frozenset(spec.guard_ids)
         self._phase = Phase.REASONING if spec.reasoning else Phase.PLAIN
 
+    @classmethod
+    def follower(cls, spec: SteeringSpec) -> Steering:
+        """A state machine that follows the phases of an output an engine steered with ``spec``, deciding no exit
+        but the reasoning budget (which the engine closes at the same token)."""
+        steering = cls(spec)
+        steering._policy = steering._loop = steering.probes = None
+        return steering
+
     @property
     def terminated_early(self) -> bool:
         return self.exit in (Exit.GRAVITY, Exit.LOOP) or self.stopped is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 
@@ -36,8 +37,18 @@ REGISTRY = SteeringRegistry()
 
 
 def spec_of(params) -> SteeringSpec | None:
-    """The request's gravity settings from ``SamplingParams.extra_args``; ValueError when malformed."""
+    """The request's gravity settings from ``SamplingParams.extra_args``; ValueError when malformed.
+
+    In-process callers pass a dict; over HTTP ``vllm_xargs`` values are flat, so the settings come as a JSON string.
+    """
     data = (params.extra_args or {}).get(EXTRA_ARGS_KEY)
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: not JSON ({exc})") from exc
+    if data is not None and not isinstance(data, dict):
+        raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: expected a JSON object, got {type(data).__name__}")
     return None if data is None else SteeringSpec.from_dict(data)
 
 

@@ -61,7 +61,8 @@ class GenerationResult:
     """``stop`` (end of sequence or a stop string), ``length`` (max_tokens) or ``abort``."""
     prompt_tokens: int
     entropy: list[float] = field(default_factory=list)
-    """Exact entropy (nats) of the distribution each generated token was sampled from."""
+    """Entropy (nats) of the distribution each generated token was sampled from: exact, or estimated (see
+    ``entropy_bound``)."""
     steering: Steering | None = None
     logprobs: list[dict[int, float]] | None = None
     """Per generated token, the log-probabilities asked for with ``SamplingSettings.logprobs``."""
@@ -69,6 +70,9 @@ class GenerationResult:
     """What the backend's session cache did for this request; None without a session."""
     kv_blocks: KVBlockReport | None = None
     """The paged KV blocks the request held, read from the engine (vLLM); None where there are none."""
+    entropy_bound: list[float] | None = None
+    """Where ``entropy`` is estimated from a server's top log-probabilities: the most each value can be off by
+    (NaN where the token was written by the steering, with no distribution seen). None: ``entropy`` is exact."""
 
 
 @dataclass(frozen=True)

@@ -423,11 +423,18 @@ def _start_engine(settings: EngineSettings) -> Any:
             enforce_eager=not on_gpu,
             seed=settings.seed,
             max_logprobs=settings.max_logprobs,
-            logits_processors=[processor],
+            logits_processors=[] if plugin_installed() else [processor],
             **reasoning,
         )
     finally:
         random.setstate(state)
+
+
+def plugin_installed() -> bool:
+    """Whether vLLM loads our processor by itself, through the entry point (naming it too would run it twice)."""
+    from importlib.metadata import entry_points
+
+    return any(e.value.startswith("agent_gravity.") for e in entry_points(group="vllm.logits_processors"))
 
 
 def _eos_ids(llm: Any) -> tuple[int, ...]:

@@ -66,3 +66,19 @@ def transformers_backend():
     from agent_gravity.backends.local_transformers import TransformersBackend, TransformersSettings
 
     return TransformersBackend(TransformersSettings(str(_model_store.pull())), _model_store.DEFAULT_MODEL.name)
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(tmp_path_factory):
+    """Three vLLM OpenAI servers on loopback for the embedded model: two with our plugin, one without.
+
+    They start together (in parallel) on first use and stop when the run ends.
+    """
+    pytest.importorskip("vllm", reason="the vLLM extra is not installed")
+    from agent_gravity import _model_store
+    from agent_gravity.bench.vllm_servers import ServerSpec, servers
+
+    folder, name = str(_model_store.pull()), _model_store.DEFAULT_MODEL.name
+    specs = [ServerSpec(folder, name), ServerSpec(folder, name), ServerSpec(folder, name, plugin=False)]
+    with servers(specs, tmp_path_factory.mktemp("vllm-logs")) as running:
+        yield {"plugin": running[0].url, "plugin_b": running[1].url, "plain": running[2].url}
