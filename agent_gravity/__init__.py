@@ -39,6 +39,7 @@ _EXPORTS = {
     "ModelCacheError": "agent_gravity._errors",
     "ModelNotFoundError": "agent_gravity._errors",
     "UpstreamRejectedError": "agent_gravity._errors",
+    "UpstreamAuthError": "agent_gravity._errors",
 }
 __all__ = [*_EXPORTS, "__version__"]
 
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         SchemaNotEnforceableError,
         SessionNotFoundError,
         ToolSchemaError,
+        UpstreamAuthError,
         UpstreamRejectedError,
     )
     from agent_gravity._loop import AgentLoop, LoopResult, gravity_loop

@@ -73,3 +73,7 @@ class DashboardError(GravityError, RuntimeError):
 
 class UpstreamRejectedError(GravityError, ModelInvalidRequestError, ValueError):
     """An OpenAI-compatible server refused the request (HTTP 4xx); its message says what to fix."""
+
+
+class UpstreamAuthError(EngineError):
+    """An OpenAI-compatible server refused the API key (HTTP 401 or 403)."""

@@ -81,9 +81,12 @@ def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
 def usage_metadata(result: GenerationResult) -> UsageMetadata:
     """Token usage of one generation."""
     output = len(result.token_ids)
-    return UsageMetadata(
-        input_tokens=result.prompt_tokens, output_tokens=output, total_tokens=result.prompt_tokens + output
-    )
+    usage = UsageMetadata(input_tokens=result.prompt_tokens, output_tokens=output,
+                          total_tokens=result.prompt_tokens + output)
+    reasoning, _ = _split_counts(result)
+    if reasoning:
+        usage["output_token_details"] = {"reasoning": reasoning}
+    return usage
 
 
 def _split_counts(result: GenerationResult) -> tuple[int, int]:

@@ -37,8 +37,7 @@ def estimate_entropy(top_logprobs: Iterable[float], vocab_size: int, top_k: int 
     unseen = vocab_size - len(probs)
     if rest <= 1e-12 or unseen <= 0:
         return EntropyEstimate(known, 0.0)
-    cap = probs[min(len(probs), top_k or len(probs)) - 1]
-    low = rest * -math.log(cap)
+    low = rest * -logprobs[min(len(probs), top_k or len(probs)) - 1]  # the least likely shown caps the rest
     high = rest * math.log(unseen / rest)
     high = max(high, low)  # rounding in the server's log-probabilities can cross them by a hair
     return EntropyEstimate(known + (low + high) / 2, (high - low) / 2)

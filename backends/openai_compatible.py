@@ -20,7 +20,13 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from agent_gravity import _model_store
-from agent_gravity._errors import EngineError, EngineTimeoutError, ModelNotFoundError, UpstreamRejectedError
+from agent_gravity._errors import (
+    EngineError,
+    EngineTimeoutError,
+    ModelNotFoundError,
+    UpstreamAuthError,
+    UpstreamRejectedError,
+)
 from agent_gravity._steering import EXTRA_ARGS_KEY
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods
 from agent_gravity.backends._openai_wire import error_message, parse_chunk, sse_data
@@ -76,13 +82,17 @@ class OpenAICompatibleBackend(HFTokenizerMethods):
         headers = {"Authorization": f"Bearer {s.api_key.get_secret_value()}"} if s.api_key else {}
         self._http = dict(headers=headers, timeout=httpx.Timeout(s.timeout, connect=s.connect_timeout))
         self._client = httpx.Client(**self._http)
-        card, self.in_engine = self._inspect()
+        try:
+            card, self.in_engine = self._inspect()
+            folder = _tokenizer_folder(s.tokenizer, card)
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except BaseException:
+            self._client.close()  # a backend that failed to start holds no connections
+            raise
         self.model_name: str = card["id"]
         self.provider: str = card.get("owned_by") or "openai_compatible"
-        folder = _tokenizer_folder(s.tokenizer, card)
-        from transformers import AutoTokenizer
-
-        self._tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         self.eos_ids = _eos_ids(self._tokenizer, folder)
         self.max_context = int(card.get("max_model_len") or self._tokenizer.model_max_length)
         self._vocab = Vocabulary(self.model_name, _vocab_size(self._tokenizer, folder), self.decode)
@@ -257,7 +267,7 @@ def _raise_for(response: httpx.Response, url: str) -> None:
     if response.status_code in _RETRYABLE_STATUS:
         raise _Retry(f"HTTP {response.status_code} from {url}: {message}")
     if response.status_code in (401, 403):
-        raise UpstreamRejectedError(f"{url} refused the API key (HTTP {response.status_code}: {message}); "
+        raise UpstreamAuthError(f"{url} refused the API key (HTTP {response.status_code}: {message}); "
                                     "pass the server's key as api_key")
     raise UpstreamRejectedError(f"{url} refused the request (HTTP {response.status_code}): {message}")
 

@@ -65,6 +65,7 @@ def start(spec: ServerSpec, log_dir: Path) -> RunningServer:
     same server.
     """
     port = free_port()
+    log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"vllm-{port}{'' if spec.plugin else '-without-plugin'}.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_gib)}

@@ -50,3 +50,8 @@ def test_the_bound_shrinks_as_more_of_the_mass_is_shown():
 def test_no_finite_log_probability_is_refused():
     with pytest.raises(ValueError, match="no finite log-probability"):
         estimate_entropy([-math.inf], vocab_size=10)
+
+
+def test_log_probabilities_too_small_for_a_float_still_give_an_estimate():
+    est = estimate_entropy([-0.05, -800.0, -1e4], vocab_size=50_000, top_k=3)
+    assert math.isfinite(est.value) and math.isfinite(est.bound)

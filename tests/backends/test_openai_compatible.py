@@ -13,11 +13,14 @@ import time
 import httpx
 import pytest
 
-from agent_gravity import ChatGravity, EngineError, GravityConfig
+from agent_gravity import ChatGravity, EngineError, GravityConfig, UpstreamAuthError
 from agent_gravity._steering import SteeringSpec
 from agent_gravity.backends.base import GenerationRequest, SamplingSettings, adrain, drain
 from agent_gravity.backends.openai_compatible import OpenAICompatibleBackend
+from agent_gravity.bench.serve import serving
 from agent_gravity.bench.vllm_servers import free_port
+from agent_gravity.serve import create_app
+from tests.serve._scripted_backend import ScriptedBackend
 
 pytestmark = pytest.mark.engine
 
@@ -238,3 +241,10 @@ def test_a_stream_cut_short_goes_on_at_another_server_from_the_tokens_received(d
     assert all(r.finish_reason in ("stop", "length") for r in results)
     assert any(r.token_ids[:2] == [504, 3575] for r in results)  # kept what the dying server had sent
     backend.close()
+
+
+def test_a_server_that_refuses_the_api_key_says_so():
+    # The gravity proxy checks keys like any OpenAI-compatible server: a 401 before anything else.
+    with serving(create_app(ChatGravity(backend=ScriptedBackend()), api_key="right")) as url:
+        with pytest.raises(UpstreamAuthError, match=r"refused the API key \(HTTP 401.*pass the server's key"):
+            OpenAICompatibleBackend(url + "/v1", api_key="wrong")
