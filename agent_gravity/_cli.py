@@ -1,4 +1,5 @@
-"""Command line: ``agent-gravity demo``, ``model pull``, ``calibrate``, ``bench ...``, ``report`` and ``dashboard``."""
+"""Command line: ``agent-gravity demo``, ``model pull``, ``calibrate``, ``bench ...``, ``report``, ``dashboard`` and
+``serve``."""
 
 from __future__ import annotations
 
@@ -209,6 +210,38 @@ def _dashboard(args: argparse.Namespace) -> int:
     return run_dashboard(Path(args.workdir), args.port, detach=args.detach, stop=args.stop)
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from agent_gravity import ChatGravity
+    from agent_gravity.serve import run_server
+
+    api_key = _secret(args.api_key_env)
+    if args.upstream:
+        model = ChatGravity(base_url=args.upstream, model=args.model, api_key=_secret(args.upstream_api_key_env))
+    else:
+        model = ChatGravity(model=args.model)
+    run_server(model, args.host, args.port, api_key, args.max_body_bytes, allow_public=args.allow_public)
+    return 0
+
+
+def _secret(variable: str | None) -> str | None:
+    """A key read from an environment variable (keys on the command line would show in ``ps``)."""
+    if variable is None:
+        return None
+    value = os.environ.get(variable)
+    if not value:
+        raise ValueError(f"the environment variable {variable} is not set or empty; export the key there")
+    return value
+
+
+def _bench_serve(args: argparse.Namespace) -> int:
+    from agent_gravity.bench import serve
+
+    with contextlib.redirect_stdout(sys.stderr):
+        report = serve.main(Path(args.out), args.streams, args.requests, args.rounds, args.tokens, args.batch,
+                            lambda msg: print(msg, file=sys.stderr))
+    return _print_report(args, report, serve.table, "serve", "per_request")
+
+
 _KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity", "head_entropy_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 
@@ -271,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
     _report_arguments(kvp, "kv")
     kvp.set_defaults(run=_bench_kv)
+    srv = benches.add_parser("serve", help="the vLLM plugin's overhead, and the gravity proxy under load")
+    srv.add_argument("--streams", type=int, default=64, help="concurrent streams through the proxy (default 64)")
+    srv.add_argument("--requests", type=int, default=256, help="requests through the proxy (default 256)")
+    srv.add_argument("--rounds", type=int, default=8, help="alternating overhead rounds (default 8)")
+    srv.add_argument("--tokens", type=int, default=64, help="tokens per overhead request (default 64)")
+    srv.add_argument("--batch", type=int, default=16, help="concurrent requests per overhead batch (default 16)")
+    srv.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    srv.add_argument("--out", default="artifacts/bench", help="folder for serve.json, serve.png and server logs")
+    srv.set_defaults(run=_bench_serve)
     rep = commands.add_parser("report", help="render an entropy trace file as an HTML report with PNG figures")
     rep.add_argument("trace", help="a JSONL entropy trace (TelemetryConfig(trace_file=...) or entropy_trace())")
     rep.add_argument("--out", default="artifacts/report", help="folder for report.html and its PNGs")
@@ -282,6 +324,20 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--detach", action="store_true", help="leave it running in the background and return")
     dash.add_argument("--stop", action="store_true", help="stop the dashboard started with --detach")
     dash.set_defaults(run=_dashboard)
+    serve = commands.add_parser("serve", help="the gravity proxy: an OpenAI-compatible server for any agent")
+    serve.add_argument("--upstream", action="append",
+                       help="an OpenAI-compatible server (repeat for several serving the same model); "
+                            "default: the local vLLM engine")
+    serve.add_argument("--model", help="the upstream's served model name, or a local model folder without "
+                                       "--upstream (default: the embedded model)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--api-key-env", metavar="VAR", help="require the key in this environment variable")
+    serve.add_argument("--upstream-api-key-env", metavar="VAR", help="the upstreams' key, from this variable")
+    serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024, help="larger bodies get 413")
+    serve.add_argument("--allow-public", action="store_true",
+                       help="bind a non-loopback address without an API key")
+    serve.set_defaults(run=_serve)
     cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
     cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")
     cal.add_argument("--items", type=int, default=40, help="warm-up reasoning items (default 40)")

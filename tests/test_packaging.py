@@ -25,3 +25,4 @@ def test_wheel_contains_every_module(tmp_path):
     entry_points = zipfile.ZipFile(wheel).read(
         next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("entry_points.txt"))).decode()
     assert "agent-gravity = agent_gravity._cli:main" in entry_points
+    assert "[vllm.logits_processors]\nagent_gravity = agent_gravity.backends.vllm_plugin:GravityPlugin" in entry_points

@@ -35,15 +35,21 @@ def mean_ci(values: Sequence[float], seed: int = 0) -> dict[str, float]:
     return {"value": float(data.mean()), "lo": float(lo), "hi": float(hi), "n": int(data.size)}
 
 
-def saving_ci(baseline: Sequence[float], method: Sequence[float], seed: int = 0) -> dict[str, float]:
-    """``1 - sum(method) / sum(baseline)`` over the same items, with a paired bootstrap interval."""
+def ratio_ci(baseline: Sequence[float], method: Sequence[float], seed: int = 0) -> dict[str, float]:
+    """``sum(method) / sum(baseline)`` over the same items, with a paired bootstrap interval."""
     a, b = np.asarray(baseline, dtype=np.float64), np.asarray(method, dtype=np.float64)
     if a.size == 0 or a.size != b.size or a.sum() == 0:
         return {"value": math.nan, "lo": math.nan, "hi": math.nan, "n": int(a.size)}
     idx = _indices(a.size, seed)
-    savings = 1 - b[idx].sum(axis=1) / np.maximum(a[idx].sum(axis=1), 1e-9)
-    lo, hi = np.percentile(savings, [2.5, 97.5])
-    return {"value": float(1 - b.sum() / a.sum()), "lo": float(lo), "hi": float(hi), "n": int(a.size)}
+    ratios = b[idx].sum(axis=1) / np.maximum(a[idx].sum(axis=1), 1e-9)
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return {"value": float(b.sum() / a.sum()), "lo": float(lo), "hi": float(hi), "n": int(a.size)}
+
+
+def saving_ci(baseline: Sequence[float], method: Sequence[float], seed: int = 0) -> dict[str, float]:
+    """``1 - sum(method) / sum(baseline)`` over the same items, with a paired bootstrap interval."""
+    ratio = ratio_ci(baseline, method, seed)
+    return {"value": 1 - ratio["value"], "lo": 1 - ratio["hi"], "hi": 1 - ratio["lo"], "n": ratio["n"]}
 
 
 def difference_ci(baseline: Sequence[float], method: Sequence[float], seed: int = 0) -> dict[str, float]:

@@ -8,10 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
 
 import httpx
 
@@ -49,6 +49,13 @@ class RunningServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
+
+
+def metric(url: str, name: str) -> float:
+    """A vLLM server's Prometheus metric ``name`` (e.g. ``vllm:generation_tokens_total``), summed over its labels;
+    ``url`` is the server's base URL."""
+    text = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
 def free_port() -> int:

@@ -12,13 +12,13 @@ import time
 
 import httpx
 import pytest
+from agent_gravity.backends.base import GenerationRequest, SamplingSettings, adrain, drain
+from agent_gravity.backends.openai_compatible import OpenAICompatibleBackend
 
 from agent_gravity import ChatGravity, EngineError, GravityConfig, UpstreamAuthError
 from agent_gravity._steering import SteeringSpec
-from agent_gravity.backends.base import GenerationRequest, SamplingSettings, adrain, drain
-from agent_gravity.backends.openai_compatible import OpenAICompatibleBackend
 from agent_gravity.bench.serve import serving
-from agent_gravity.bench.vllm_servers import free_port
+from agent_gravity.bench.vllm_servers import free_port, metric
 from agent_gravity.serve import create_app
 from tests.serve._scripted_backend import ScriptedBackend
 
@@ -154,24 +154,19 @@ def test_a_server_down_among_several_sits_out_and_the_others_serve(vllm_servers)
     backend.close()
 
 
-def _metric(url: str, name: str) -> float:
-    text = httpx.get(url.removesuffix("/v1") + "/metrics").text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
-
-
 def test_a_caller_that_leaves_mid_stream_aborts_the_server_request(plugin, vllm_servers):
     url = vllm_servers["plugin"]
     counting = plugin.encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10,")  # goes on for far longer than the test waits
-    before = _metric(url, "vllm:generation_tokens_total")
+    before = metric(url, "vllm:generation_tokens_total")
     stream = plugin.stream(GenerationRequest(counting, SamplingSettings(max_tokens=2000)))
     for _, _ in zip(range(3), stream):
         pass
     stream.close()
     time.sleep(1.0)  # the server notices the closed connection on its next write
-    generated = _metric(url, "vllm:generation_tokens_total")
+    generated = metric(url, "vllm:generation_tokens_total")
     time.sleep(1.5)
-    assert _metric(url, "vllm:generation_tokens_total") == generated < before + 2000
-    assert _metric(url, "vllm:num_requests_running") == 0
+    assert metric(url, "vllm:generation_tokens_total") == generated < before + 2000
+    assert metric(url, "vllm:num_requests_running") == 0
 
 
 def test_a_timeout_aborts_the_request_with_a_clear_error(plugin):
