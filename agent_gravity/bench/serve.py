@@ -7,7 +7,8 @@ batches; the figure is plugin time over plain time, with a paired bootstrap inte
 proxy (in this process) spreads ``streams`` concurrent chat-completion streams over both plugin servers.
 Each request asks for its own token count with gravity off (its trace is still recorded), so a trace
 handed to the wrong request would show in its length; the report counts lost and mixed-up requests and
-gives latency percentiles.
+gives latency percentiles. Each plugin server answers one short request first: a cold vLLM server's first
+batch pays its warm-up (seconds alone, far longer while the other server busies the same cores).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ class Timed:
     asked_tokens: int
     ok: bool
     error: str | None = None
+    sent_s: float | None = None
+    """When it was sent, in seconds from the load test's start."""
     first_token_s: float | None = None
     total_s: float | None = None
     finish_reason: str | None = None
@@ -109,12 +112,12 @@ def plugin_overhead(plugin_url: str, plain_url: str, model: str, rounds: int, to
 
 
 async def _stream(client: httpx.AsyncClient, url: str, model: str, index: int, tokens: int,
-                  headers: dict[str, str]) -> Timed:
+                  headers: dict[str, str], began: float) -> Timed:
     body = {"model": model, "messages": [{"role": "user", "content": COUNTING}], "max_tokens": tokens,
             "stream": True, "stream_options": {"include_usage": True},
             "gravity": {"enabled": False, "reasoning": None}}
-    timed = Timed(index, tokens, ok=False)
     start = time.perf_counter()
+    timed = Timed(index, tokens, ok=False, sent_s=start - began)
     try:
         async with client.stream("POST", url + "/chat/completions", json=body, headers=headers) as response:
             if response.status_code != 200:
@@ -160,7 +163,7 @@ def load_test(proxy_url: str, model: str, streams: int, requests: int, min_token
         async with httpx.AsyncClient(timeout=600, limits=limits) as client:
             async def gated(i: int) -> Timed:
                 async with gate:
-                    return await _stream(client, proxy_url, model, i, min_tokens + i % 64, headers)
+                    return await _stream(client, proxy_url, model, i, min_tokens + i % 64, headers, start)
 
             start = time.perf_counter()
             done = await asyncio.gather(*(gated(i) for i in range(requests)))
@@ -235,6 +238,9 @@ def main(out: Path, streams: int, requests: int, rounds: int, tokens: int, batch
     advance("starting three vLLM servers")
     with servers(specs, out / "logs") as (a, b, plain):
         overhead = plugin_overhead(a.url, plain.url, name, rounds, tokens, batch, advance)
+        for server in (a, b):  # a cold server's first batch pays vLLM's warm-up; load measures the steady state
+            httpx.post(server.url + "/completions", json={"model": name, "prompt": COUNTING, "max_tokens": 8,
+                                                          "logprobs": 20}, timeout=600).raise_for_status()
         advance(f"load: {requests} streams through the proxy, {streams} at a time")
         with serving(create_app(ChatGravity(base_url=[a.url, b.url]))) as url:
             load = load_test(url + "/v1", name, streams, requests)
@@ -245,14 +251,16 @@ def main(out: Path, streams: int, requests: int, rounds: int, tokens: int, batch
 
 
 def _plot(path: Path, report: dict[str, Any]) -> None:
+    """A timeline: each request a line from when it was sent to its end, its first token marked."""
     load = report["load"]
     done = [r for r in report["per_request"] if r["ok"]]
-    with figure(path, f"gravity proxy: {load['requests']} streams, {load['streams']} at a time", "seconds",
-                (7, 3.5)) as ax:
-        ax.scatter([r["asked_tokens"] for r in done], [r["total_s"] for r in done], s=10, label="whole stream")
-        ax.scatter([r["asked_tokens"] for r in done], [r["first_token_s"] or 0 for r in done], s=10,
-                   label="first token")
-        ax.set_xlabel("tokens asked")
+    with figure(path, f"gravity proxy: {load['requests']} streams, {load['streams']} at a time",
+                "request", (7, 3.5)) as ax:
+        ax.hlines([r["index"] for r in done], [r["sent_s"] for r in done],
+                  [r["sent_s"] + r["total_s"] for r in done], linewidth=0.8, label="sent to last token")
+        ax.scatter([r["sent_s"] + (r["first_token_s"] or 0) for r in done], [r["index"] for r in done], s=4,
+                   color="tab:orange", label="first token", zorder=3)
+        ax.set_xlabel("seconds from the start")
 
 
 def table(report: dict[str, Any]) -> str:

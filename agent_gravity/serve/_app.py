@@ -296,8 +296,14 @@ def create_app(model: ChatGravity, *, api_key: str | None = None, max_body_bytes
     def served() -> str:  # the backend's own name: an upstream's served model, or the local folder's
         return model_name or model.get_backend().model_name
 
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # The backend starts (or reaches its servers) before the first request, off the event loop.
+        await anyio.to_thread.run_sync(model.get_backend)
+        yield
+
     started = int(time.time())
-    app = FastAPI(title="agent-gravity proxy", version="1", description=(
+    app = FastAPI(title="agent-gravity proxy", version="1", lifespan=lifespan, description=(
         "OpenAI-compatible chat completions with gravity: every call's reasoning ends once its next-token entropy "
         "has locked in. Extensions: the request fields `gravity`, `task` and `conversation_id`; the `gravity` "
         "report on each completion and on the stream's finishing chunk; `reasoning_content` on messages."))
