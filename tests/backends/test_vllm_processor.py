@@ -199,3 +199,18 @@ def test_model_runner_v2_adapter_recovers_the_ids_of_a_request_resumed_after_pre
     entropy, output_ids = b.trace(5)
     assert output_ids == a["out"][:-1] and len(output_ids) == 4
     assert entropy == pytest.approx(a["expected"], abs=1e-6) and len(entropy) == 5
+
+
+def test_the_plugin_builds_the_processor_of_the_runner_that_asks_and_validates_settings():
+    from types import SimpleNamespace
+
+    from agent_gravity.backends._vllm_processor_v2 import GravityLogitsProcessorV2
+    from agent_gravity.backends.vllm_plugin import GravityPlugin
+
+    assert type(GravityPlugin(None, torch.device("cpu"), False)) is GravityLogitsProcessor  # V1: the CPU runner
+    states = SimpleNamespace(prompt_len=SimpleNamespace(np=None), max_num_reqs=2, device=torch.device("cpu"),
+                             all_token_ids=SimpleNamespace(gpu=torch.zeros(2, 4, dtype=torch.int64)))
+    assert type(GravityPlugin(None, states)) is GravityLogitsProcessorV2  # Model Runner V2 (the GPU default)
+    with pytest.raises(ValueError, match="invalid agent_gravity settings"):
+        GravityPlugin.validate_params(SamplingParams(extra_args={EXTRA_ARGS_KEY: {"key": "x"}}))
+    GravityPlugin.validate_params(SamplingParams())
