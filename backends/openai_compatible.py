@@ -268,7 +268,7 @@ def _raise_for(response: httpx.Response, url: str) -> None:
         raise _Retry(f"HTTP {response.status_code} from {url}: {message}")
     if response.status_code in (401, 403):
         raise UpstreamAuthError(f"{url} refused the API key (HTTP {response.status_code}: {message}); "
-                                    "pass the server's key as api_key")
+                                "pass the server's key as api_key")
     raise UpstreamRejectedError(f"{url} refused the request (HTTP {response.status_code}): {message}")
 
 

@@ -59,10 +59,14 @@ class Timed:
 # -- the plugin's overhead ---------------------------------------------------------------------------
 
 
+def _fixed_length(model: str, prompt: str, tokens: int) -> dict[str, Any]:
+    """A greedy completion body that runs to exactly ``tokens`` tokens, without gravity settings."""
+    return {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+
+
 def _completion(client: httpx.Client, url: str, model: str, prompt: str, tokens: int) -> float:
-    body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
     start = time.perf_counter()
-    response = client.post(url + "/completions", json=body)
+    response = client.post(url + "/completions", json=_fixed_length(model, prompt, tokens))
     response.raise_for_status()
     return time.perf_counter() - start
 
@@ -70,8 +74,7 @@ def _completion(client: httpx.Client, url: str, model: str, prompt: str, tokens:
 def _batch(url: str, model: str, batch: int, tokens: int, offset: int) -> float:
     """Seconds for ``batch`` concurrent requests to finish."""
     async def one(client: httpx.AsyncClient, i: int) -> None:
-        body = {"model": model, "prompt": PROMPTS[(offset + i) % len(PROMPTS)], "max_tokens": tokens,
-                "temperature": 0, "ignore_eos": True}
+        body = _fixed_length(model, PROMPTS[(offset + i) % len(PROMPTS)], tokens)
         (await client.post(url + "/completions", json=body)).raise_for_status()
 
     async def all_of() -> float:

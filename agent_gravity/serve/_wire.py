@@ -504,14 +504,16 @@ def chunks(message: AIMessageChunk, *, id: str, created: int, model: str,
                            function=FunctionCallDelta(name=c["name"] or "", arguments=_arguments(c["args"])))
              for i, c in enumerate(message.tool_call_chunks)]
     delta = Delta(content=message.text or None, reasoning_content=reasoning, tool_calls=calls or None)
+
+    def chunk(**fields: Any) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=id, created=created, model=model, **fields)
+
     if not last:
-        return [ChatCompletionChunk(id=id, created=created, model=model, choices=[ChunkChoice(delta=delta)])] \
-            if delta.content or delta.reasoning_content else []
-    out = [ChatCompletionChunk(id=id, created=created, model=model, gravity=_gravity(message),
-                               choices=[ChunkChoice(delta=delta, finish_reason=finish_reason(message, bool(calls)))])]
+        return [chunk(choices=[ChunkChoice(delta=delta)])] if delta.content or delta.reasoning_content else []
+    out = [chunk(gravity=_gravity(message),
+                 choices=[ChunkChoice(delta=delta, finish_reason=finish_reason(message, bool(calls)))])]
     if include_usage:
-        out.append(ChatCompletionChunk(id=id, created=created, model=model, choices=[],
-                                       usage=usage(message.usage_metadata)))
+        out.append(chunk(choices=[], usage=usage(message.usage_metadata)))
     return out
 
 

@@ -12,11 +12,11 @@ import time
 
 import httpx
 import pytest
-from agent_gravity.backends.base import GenerationRequest, SamplingSettings, adrain, drain
-from agent_gravity.backends.openai_compatible import OpenAICompatibleBackend
 
 from agent_gravity import ChatGravity, EngineError, GravityConfig, UpstreamAuthError
 from agent_gravity._steering import SteeringSpec
+from agent_gravity.backends.base import GenerationRequest, SamplingSettings, adrain, drain
+from agent_gravity.backends.openai_compatible import OpenAICompatibleBackend
 from agent_gravity.bench.serve import serving
 from agent_gravity.bench.vllm_servers import free_port, metric
 from agent_gravity.serve import create_app

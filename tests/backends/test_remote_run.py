@@ -2,6 +2,9 @@
 
 import math
 
+import pytest
+
+from agent_gravity import EngineError
 from agent_gravity._steering import Exit, Steering
 from agent_gravity.backends._openai_wire import Chunk, TokenStep, completion_body, parse_chunk
 from agent_gravity.backends._remote_run import RemoteRun, Vocabulary, credit_engine_exits
@@ -91,10 +94,6 @@ def test_a_marker_the_model_ranked_first_stays_the_models_own_exit():
 
 
 def test_a_completion_event_without_token_ids_is_refused_clearly():
-    import pytest
-
-    from agent_gravity import EngineError
-
     event = {"id": "c", "choices": [{"text": "x", "token_ids": [5], "logprobs": {"top_logprobs": [{"x": -1.0}]}}]}
     with pytest.raises(EngineError, match="return_tokens_as_token_ids"):
         parse_chunk(event)
