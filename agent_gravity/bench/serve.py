@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
 import threading
 import time
@@ -198,7 +199,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
 
     def rank(p: float) -> float:
-        return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
+        return ordered[max(0, math.ceil(p * len(ordered) / 100) - 1)]
 
     return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1]}
 
