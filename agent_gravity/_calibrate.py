@@ -1,25 +1,30 @@
-"""``agent-gravity calibrate``: pick the most saving thresholds that still keep the answers.
+"""``agent-gravity calibrate``: the most saving exit settings whose answer loss is certified, per model.
 
-A warm-up task set (another seed than the benchmark's, so the benchmark is never tuned on) is
-answered once in full and once per candidate: the default policy with every threshold scaled by a
-factor. The candidate that saves the most reasoning tokens while keeping at least ``target`` of the
-full run's answers becomes the model's profile, which ChatGravity then loads by itself.
+A calibration task set (families of questions in several wordings, on another seed than the
+benchmark's) is answered once in full, the items the full run capped once more with a larger budget
+(their reference), and once per candidate of an ordered grid, from the most conservative to the most
+aggressive. Learn-then-Test (:mod:`agent_gravity._risk`) keeps the candidates whose expected answer
+loss is at most ``epsilon`` with probability at least ``1 - delta`` on questions exchangeable with the
+calibration set, and the one saving the most reasoning becomes the model's profile. When none is
+certified the profile says so and keeps the shipped defaults.
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent_gravity._chat_model import ChatGravity
-from agent_gravity._config import GravityConfig
-from agent_gravity._profile import GravityProfile
-from agent_gravity.bench.savings import run_method, summarize
+from agent_gravity._config import GravityConfig, ProbeConfig
+from agent_gravity._profile import Calibration, GravityProfile
+from agent_gravity._risk import Selection, check_levels, items_needed
+from agent_gravity.bench.savings import Answers, ItemResult, run_method, run_references
 from agent_gravity.bench.tasks import Task
 
-FACTORS = (0.5, 0.75, 1.0, 1.5, 2.0)
 _SCALED = ("threshold", "varentropy_threshold", "ceiling")
+DEFAULT_CANDIDATE = "default"
 
 
 def scaled(spec: dict[str, Any], factor: float) -> dict[str, Any]:
@@ -32,46 +37,73 @@ def scaled(spec: dict[str, Any], factor: float) -> dict[str, Any]:
     return out
 
 
-def candidates(base: GravityConfig, factors: Sequence[float] = FACTORS) -> dict[str, GravityConfig]:
-    """The base configuration with its policy thresholds scaled by each factor; ValueError on a bad factor."""
-    bad = [f for f in factors if not f > 0]
-    if bad or not factors:
-        raise ValueError(f"threshold factors must be positive numbers, got {list(factors)}")
-    policy = base.policy or {"name": "window_mean"}
-    dumped = base.model_dump()
-    return {f"x{f:g}": GravityConfig.model_validate({**dumped, "policy": scaled(policy, f)}) for f in factors}
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the calibration grid: the base policy's thresholds scaled, and probe settings changed."""
+
+    name: str
+    factor: float = 1.0
+    probe: dict[str, Any] = field(default_factory=dict)
+
+    def config(self, base: GravityConfig) -> GravityConfig:
+        """``base`` with this candidate's changes; ValueError for a non-positive factor."""
+        if not self.factor > 0:
+            raise ValueError(f"candidate {self.name}: threshold factors must be positive, got {self.factor}")
+        policy = scaled(base.policy or {"name": "window_mean"}, self.factor)
+        probe = (base.probe or ProbeConfig()).model_copy(update=self.probe)
+        return base.model_copy(update={"policy": policy, "probe": ProbeConfig.model_validate(probe.model_dump())})
 
 
-def choose(measured: dict[str, dict[str, Any]], target: float) -> tuple[str, bool]:
-    """The candidate saving the most reasoning tokens at preservation >= target; else the best preserver."""
-    def value(name: str, key: str) -> float:
-        return measured[name][key]["value"]
+GRID: tuple[Candidate, ...] = (
+    Candidate("strict", 0.5, {"agree": 3, "min_confidence": 0.9, "lenient_after": None}),
+    Candidate("careful", 0.75, {"min_confidence": 0.9, "lenient_after": 128}),
+    Candidate(DEFAULT_CANDIDATE),
+    Candidate("loose", 1.5, {"min_confidence": 0.6, "lenient_after": 64}),
+    Candidate("eager", 2.0, {"min_confidence": None, "interval": 16}),
+)
+"""Most conservative first: Learn-then-Test walks this order and stops at the first uncertified candidate."""
 
-    ok = [n for n in measured if value(n, "preservation") >= target]
-    if ok:
-        return max(ok, key=lambda n: (value(n, "reasoning_saved"), value(n, "preservation"))), True
-    return max(measured, key=lambda n: (value(n, "preservation"), -value(n, "reasoning_tokens"))), False
+
+def candidates(base: GravityConfig, grid: Sequence[Candidate] = GRID) -> dict[str, GravityConfig]:
+    """The grid's configurations by name, in order (validated before any long run starts)."""
+    if not grid:
+        raise ValueError("the calibration grid is empty")
+    return {c.name: c.config(base) for c in grid}
 
 
-def calibrate(model: ChatGravity, tasks: Sequence[Task], target: float, concurrency: int,
-              factors: Sequence[float] = FACTORS,
-              on_candidate: Callable[[str, dict], None] = lambda n, m: None) -> GravityProfile:
-    """Measure every candidate against the full run and return the profile of the chosen one."""
-    if not 0 < target <= 1:
-        raise ValueError(f"target must be a preservation rate in (0, 1], got {target}")
-    configs = candidates(GravityConfig(), factors)  # validated before the long full run starts
+def calibration_record(selection: Selection, tasks: Sequence[Task]) -> Calibration:
+    """What a profile records of a calibration: the guarantee asked for, the data, the outcome."""
+    chosen = selection.test(selection.chosen) if selection.chosen else None
+    return Calibration(
+        epsilon=selection.epsilon, delta=selection.delta, bound_met=selection.met, candidate=selection.chosen,
+        bound=chosen.bound if chosen else None, loss=chosen.losses / chosen.n if chosen else None,
+        reasoning_saved=chosen.saving if chosen else None, items=len(tasks),
+        families=sorted({t.kind for t in tasks}),
+        guarantee=(f"with probability >= {1 - selection.delta:g}, the expected share of lost answers is <= "
+                   f"{selection.epsilon:g} on questions exchangeable with the calibration set")
+        if selection.met else "no candidate met the bound: the shipped defaults are kept",
+        when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+
+
+def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, delta: float = 0.1,
+              concurrency: int = 8, grid: Sequence[Candidate] = GRID,
+              on_candidate: Callable[[str, list[ItemResult]], None] = lambda n, r: None) -> GravityProfile:
+    """Measure every candidate against the full run and return the profile of the certified one."""
+    check_levels(epsilon, delta)
+    if len(tasks) < items_needed(epsilon, delta):
+        raise ValueError(f"{len(tasks)} calibration items cannot certify epsilon={epsilon} at delta={delta}: "
+                         f"even with no loss at all it takes {items_needed(epsilon, delta)}; add items or "
+                         "loosen epsilon or delta")
+    configs = candidates(GravityConfig(), grid)
     full, _ = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
-    measured = {}
+    references = run_references(model, tasks, full, concurrency)
+    runs = {}
     for name, config in configs.items():
-        results, wall = run_method(model, tasks, config, concurrency)
-        measured[name] = summarize(tasks, full, results, wall)
-        on_candidate(name, measured[name])
-    name, met = choose(measured, target)
-    m = measured[name]
-    return GravityProfile(model=model.get_backend().model_name, gravity=configs[name], measured={
-        "candidate": name, "target": target, "target_met": met, "items": len(tasks),
-        "preservation": m["preservation"], "reasoning_saved": m["reasoning_saved"],
-        "candidates": {n: {"preservation": c["preservation"]["value"], "reasoning_saved": c["reasoning_saved"]["value"]}
-                       for n, c in measured.items()},
-        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    })
+        runs[name], _ = run_method(model, tasks, config, concurrency)
+        on_candidate(name, runs[name])
+    answers = Answers(tasks, full, references, runs)
+    selection = answers.select(list(configs), range(len(tasks)), epsilon, delta)
+    gravity = configs[selection.chosen] if selection.chosen else GravityConfig()
+    return GravityProfile(model=model.get_backend().model_name, gravity=gravity,
+                          calibration=calibration_record(selection, tasks),
+                          measured={"tests": [t.__dict__ for t in selection.tests]})

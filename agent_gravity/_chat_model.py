@@ -187,6 +187,7 @@ class ChatGravity(BaseChatModel):
 
     _backend: Backend | None = PrivateAttr(default=None)
     _profile: str | None = PrivateAttr(default=None)
+    _risk: dict[str, Any] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _load_gravity_profile(self) -> ChatGravity:
@@ -196,6 +197,7 @@ class ChatGravity(BaseChatModel):
             profile = load_profile(name)
             if profile is not None:
                 self.gravity, self._profile = profile.gravity, str(profile_path(name))
+                self._risk = profile.calibration.risk(self._profile) if profile.calibration else None
         return self
 
     def profile_key(self) -> str:
@@ -386,7 +388,7 @@ class ChatGravity(BaseChatModel):
         profile = self._profile if call.from_profile else None
         session = {**dataclasses.asdict(result.session), **self._compress(call, result)} if result.session else None
         gravity = {**gravity_metadata(result, call.request.sampling.max_tokens), "profile": profile, "task": call.task,
-                   "session": session}
+                   "risk": self._risk if call.from_profile else None, "session": session}
         tel.finish(result.response_id, result.finish_reason, dict(usage), gravity,
                    {"conversation_id": call.request.session, "task": call.task, "zone": zone_of(call.config.policy)},
                    lambda: self._output_content(call, result))

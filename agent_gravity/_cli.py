@@ -99,14 +99,46 @@ def _tasks(seed: int, items: int | None, free_text: int | None) -> list:
     return graded[:items] + free[:free_text]
 
 
+def _family_tasks(per_family: int | None, families: list[str] | None, seed: int | None = None) -> list:
+    """The shipped family set (or ``seed``'s, without any question the shipped set asks), cut to ``per_family``."""
+    from agent_gravity.bench.families import FAMILIES, generate_families, load_families
+
+    unknown = set(families or ()) - set(FAMILIES)
+    if unknown:
+        raise SystemExit(f"unknown families {sorted(unknown)}; choose from {sorted(FAMILIES)}")
+    if per_family is not None and (per_family < 2 or per_family % 2):
+        raise SystemExit("--per-family must be an even number of at least 2 (each question comes in two wordings)")
+    shipped = load_families()
+    if seed is None:
+        tasks = shipped
+    else:
+        asked = {t.question for t in shipped}
+        tasks = [t for t in generate_families(seed) if t.question not in asked]
+    tasks = [t for t in tasks if families is None or t.kind in families]
+    if per_family is None:
+        return tasks
+    taken: dict[str, int] = {}
+    kept = []
+    for t in tasks:
+        if taken.get(t.kind, 0) < per_family:
+            taken[t.kind] = taken.get(t.kind, 0) + 1
+            kept.append(t)
+    return kept
+
+
 def _bench_savings(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agent_gravity._chat_model import ChatGravity, local_backend
-    from agent_gravity.bench import savings
+    from agent_gravity.bench import heldout, savings
 
-    tasks = _tasks(0, args.items, args.free_text)
-    bar = tqdm(total=len(args.methods), desc="starting the vLLM engine", file=sys.stderr, unit="method")
+    split = args.split == "leave-one-family-out"
+    if split and args.tasks != "families":
+        raise SystemExit("--split leave-one-family-out needs --tasks families (the shipped set has one family a kind)")
+    tasks = (_family_tasks(args.per_family, args.families) if args.tasks == "families"
+             else _tasks(0, args.items, args.free_text))
+    steps = len(heldout.GRID) + 2 if split else len(args.methods)
+    bar = tqdm(total=steps, desc="starting the vLLM engine", file=sys.stderr, unit="method")
     with contextlib.redirect_stdout(sys.stderr):
         backend = local_backend(args.model, reasoning_markers=savings.engine_markers())
         model = ChatGravity(backend=backend)
@@ -115,10 +147,16 @@ def _bench_savings(args: argparse.Namespace) -> int:
             bar.set_description(f"{name}: {summary['reasoning_tokens']['value']:.1f} reasoning tokens/item")
             bar.update(1)
 
-        report = savings.main(model, tasks, args.methods, args.concurrency,
-                              lambda n: savings.ThinkingBudgetBackend(backend, n), Path(args.out), advance)
+        def budget(n: int) -> savings.ThinkingBudgetBackend:
+            return savings.ThinkingBudgetBackend(backend, n)
+
+        if split:
+            report = heldout.main(model, tasks, args.concurrency, budget, args.epsilon, args.delta, Path(args.out),
+                                  advance)
+        else:
+            report = savings.main(model, tasks, args.methods, args.concurrency, budget, Path(args.out), advance)
     bar.close()
-    return _print_report(args, report, savings.table, "savings", "per_item")
+    return _print_report(args, report, heldout.table if split else savings.table, "savings", "per_item")
 
 
 def _print_report(args: argparse.Namespace, report: dict, table: Callable[[dict], str], name: str,
@@ -171,28 +209,36 @@ def _bench_kv(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from agent_gravity._calibrate import FACTORS, calibrate
+    from agent_gravity._calibrate import GRID, calibrate
     from agent_gravity._chat_model import ChatGravity
     from agent_gravity._profile import save_profile
 
-    tasks = _tasks(args.seed, args.items, args.free_text)
-    factors = args.factors or FACTORS
-    bar = tqdm(total=len(factors), desc="full run", file=sys.stderr, unit="candidate")
+    unknown = set(args.candidates or ()) - {c.name for c in GRID}
+    if unknown:
+        raise SystemExit(f"unknown candidates {sorted(unknown)}; the grid is {[c.name for c in GRID]}")
+    grid = [c for c in GRID if args.candidates is None or c.name in args.candidates]
+    tasks = _family_tasks(args.per_family, args.families, args.seed)
+    bar = tqdm(total=len(grid), desc="full run and references", file=sys.stderr, unit="candidate")
     with contextlib.redirect_stdout(sys.stderr):
         model = ChatGravity(model=args.model)
 
-        def advance(name: str, m: dict) -> None:
-            bar.set_description(f"{name}: kept {m['preservation']['value']:.0%}, "
-                                f"saved {m['reasoning_saved']['value']:.0%}")
+        def advance(name: str, results: list) -> None:
+            bar.set_description(f"{name}: {sum(r.reasoning_tokens for r in results) / len(results):.1f} "
+                                "reasoning tokens/item")
             bar.update(1)
 
-        profile = calibrate(model, tasks, args.target, args.concurrency, factors, advance)
+        profile = calibrate(model, tasks, args.epsilon, args.delta, args.concurrency, grid, advance)
     bar.close()
     path = save_profile(profile)
-    m = profile.measured
-    verdict = "meets" if m["target_met"] else "NO candidate met the target; chose the best preserver,"
-    print(f"{profile.model}: candidate {m['candidate']} {verdict} preservation {m['preservation']['value']:.1%} "
-          f"(target {args.target:.0%}), reasoning saved {m['reasoning_saved']['value']:.1%} on {m['items']} items")
+    c = profile.calibration
+    assert c is not None
+    if c.bound_met:
+        print(f"{profile.model}: candidate {c.candidate} certified: answer loss {c.loss:.1%} on {c.items} items "
+              f"({len(c.families)} families), bound {c.bound:.1%} <= epsilon {c.epsilon:g} at delta {c.delta:g}; "
+              f"reasoning saved {c.reasoning_saved:.1%}")
+    else:
+        print(f"{profile.model}: NO candidate met epsilon {c.epsilon:g} at delta {c.delta:g} on {c.items} items; "
+              "the profile keeps the shipped defaults and says so")
     print(f"wrote {path}; ChatGravity loads it for this model unless given gravity=...")
     return 0
 
@@ -285,6 +331,14 @@ def build_parser() -> argparse.ArgumentParser:
     sav.add_argument("--methods", nargs="+", default=list(_SAVINGS_METHODS), choices=_SAVINGS_METHODS,
                      help="methods to run (default: all); full always runs, as the reference")
     sav.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    sav.add_argument("--tasks", choices=["shipped", "families"], default="shipped",
+                     help="the shipped task set (default), or the held-out families (several wordings each)")
+    sav.add_argument("--split", choices=["none", "leave-one-family-out"], default="none",
+                     help="leave-one-family-out: calibrate on every family but one, report on the one left out")
+    sav.add_argument("--per-family", type=int, default=None, help="items per family (even; default: all 60)")
+    sav.add_argument("--families", nargs="+", default=None, help="families to use (default: all)")
+    sav.add_argument("--epsilon", type=float, default=0.05, help="answer loss the calibration may allow (0.05)")
+    sav.add_argument("--delta", type=float, default=0.1, help="chance the guarantee may fail (0.1)")
     _report_arguments(sav, "savings")
     sav.set_defaults(run=_bench_savings)
     agt = benches.add_parser("agents", help="a create_agent tool agent with and without GravityMiddleware")
@@ -338,12 +392,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-public", action="store_true",
                        help="bind a non-loopback address without an API key")
     serve.set_defaults(run=_serve)
-    cal = commands.add_parser("calibrate", help="pick gravity thresholds that keep answers; save a model profile")
-    cal.add_argument("--target", type=float, default=0.95, help="answer preservation to keep (default 0.95)")
-    cal.add_argument("--items", type=int, default=40, help="warm-up reasoning items (default 40)")
-    cal.add_argument("--free-text", type=int, default=8, help="warm-up free-text items (default 8)")
-    cal.add_argument("--seed", type=int, default=1, help="task-set seed (default 1; the benchmark uses 0)")
-    cal.add_argument("--factors", type=float, nargs="+", help="threshold scale factors to try")
+    cal = commands.add_parser("calibrate", help="certify the most saving exit settings at a bounded answer loss; "
+                                                "save a model profile")
+    cal.add_argument("--epsilon", type=float, default=0.05, help="expected share of lost answers allowed (0.05)")
+    cal.add_argument("--delta", type=float, default=0.1, help="chance the guarantee may fail (0.1)")
+    cal.add_argument("--per-family", type=int, default=20, help="calibration items per family (even; default 20)")
+    cal.add_argument("--families", nargs="+", default=None, help="task families to calibrate on (default: all)")
+    cal.add_argument("--seed", type=int, default=12, help="task seed (default 12; the benchmark's set is excluded)")
+    cal.add_argument("--candidates", nargs="+", default=None, help="grid candidates to try, in the grid's order "
+                                                                   "(default: all)")
     cal.add_argument("--concurrency", type=int, default=8)
     cal.add_argument("--model", help="a local model folder (default: the embedded model)")
     cal.set_defaults(run=_calibrate)

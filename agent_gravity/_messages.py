@@ -139,6 +139,8 @@ def gravity_metadata(result: GenerationResult, budget: int) -> dict[str, Any]:
         "loop_stop": _lock(steering.stopped) if steering else None,
         "probes": len(probes.records) if probes else 0,
         "probe_steps": [r.step for r in probes.records] if probes else [],
+        "probe_answers": [r.answer for r in probes.records] if probes else [],
+        "probe_confidence": [r.confidence for r in probes.records] if probes else [],
         "probe_tokens": probes.tokens if probes else 0,
         "reasoning_tokens": reasoning_tokens,
         "answer_tokens": answer_tokens,

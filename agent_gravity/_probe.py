@@ -8,7 +8,7 @@ generation goes on untouched. The exit happens only when consecutive probes agre
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent_gravity.policies import Lock
@@ -30,6 +30,12 @@ class ProbeSpec:
     max_probes: int = 6
     interval: int | None = None
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: on locks only."""
+    min_confidence: float | None = None
+    """A probe answer counts only if every token of it had at least this probability (DEER's trial-answer
+    confidence); None: any answer counts."""
+    lenient_after: int | None = None
+    """Probes started at or after this reasoning step skip the confidence test: reasoning that long is a ramble
+    whose answer a full run leaves to chance anyway; None: the test always applies."""
 
     def __post_init__(self) -> None:
         for name in ("agree", "tokens", "gap", "max_probes"):
@@ -37,6 +43,10 @@ class ProbeSpec:
                 raise ValueError(f"probe.{name} must be >= 1, got {getattr(self, name)}")
         if self.interval is not None and self.interval < 1:
             raise ValueError(f"probe.interval must be >= 1 or None, got {self.interval}")
+        if self.min_confidence is not None and not 0.0 < self.min_confidence <= 1.0:
+            raise ValueError(f"probe.min_confidence must be in (0, 1] or None, got {self.min_confidence}")
+        if self.lenient_after is not None and self.lenient_after < 1:
+            raise ValueError(f"probe.lenient_after must be >= 1 or None, got {self.lenient_after}")
 
 
 def answer_key(text: str) -> str:
@@ -44,6 +54,21 @@ def answer_key(text: str) -> str:
     first = text.strip().split("\n", 1)[0].strip().lower()
     first = first.strip(" .!,;:*\"'`")
     return "" if HESITATION.search(first) else first
+
+
+def line_confidence(texts: Sequence[str], probs: Sequence[float]) -> float | None:
+    """The lowest probability among a probe's tokens up to the one that ends its first line; None for none.
+
+    ``texts`` are the tokens' texts and ``probs`` the probabilities they were chosen with.
+    """
+    kept = []
+    for text, p in zip(texts, probs):
+        if text.startswith("\n"):
+            break
+        kept.append(p)
+        if "\n" in text:
+            break
+    return min(kept, default=None)
 
 
 Prober = Callable[[list[int]], None]
@@ -59,6 +84,8 @@ class ProbeRecord:
     """The policy lock that asked for this probe; None for a scheduled one."""
     answer: str | None = None
     tokens: int = 0
+    confidence: float | None = None
+    """The lowest probability among the answer's tokens; None when the backend did not measure it."""
 
 
 @dataclass
@@ -85,9 +112,21 @@ class ProbeState:
     def start(self, step: int, trigger: Lock | None) -> None:
         self.records.append(ProbeRecord(step, trigger))
 
-    def answered(self, text: str, tokens: int) -> bool:
-        """Record the in-flight probe's answer; True when the last ``agree`` answers now agree."""
+    def _unsure(self, record: ProbeRecord) -> bool:
+        floor, lenient = self.spec.min_confidence, self.spec.lenient_after
+        if floor is None or (lenient is not None and record.step >= lenient):
+            return False
+        return record.confidence is None or record.confidence < floor
+
+    def answered(self, text: str, tokens: int, confidence: float | None = None) -> bool:
+        """Record the in-flight probe's answer; True when the last ``agree`` answers now agree.
+
+        Under ``min_confidence`` an answer whose confidence is lower, or was not measured, counts as hesitant
+        (unless the probe started at or after ``lenient_after``).
+        """
         record = self.records[-1]
-        record.answer, record.tokens = answer_key(text), tokens
+        record.answer, record.tokens, record.confidence = answer_key(text), tokens, confidence
+        if self._unsure(record):
+            record.answer = ""
         last = [r.answer for r in self.records[-self.spec.agree:]]
         return len(last) == self.spec.agree and bool(last[0]) and len(set(last)) == 1

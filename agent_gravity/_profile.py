@@ -8,10 +8,38 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent_gravity._config import GravityConfig
 from agent_gravity._model_store import cache_dir
+
+
+class Calibration(BaseModel):
+    """The guarantee a profile was calibrated to, the data it rests on, and whether it was met."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    epsilon: float = Field(gt=0, lt=1)
+    """The expected share of lost answers allowed."""
+    delta: float = Field(gt=0, lt=1)
+    """The chance allowed that the calibration set misleads (the guarantee holds with 1 - delta)."""
+    bound_met: bool
+    candidate: str | None
+    """The chosen grid candidate; None when none met the bound (the shipped defaults are kept)."""
+    bound: float | None
+    """Upper confidence bound (level 1 - delta) on the chosen candidate's expected answer loss."""
+    loss: float | None
+    """The chosen candidate's answer loss on the calibration set."""
+    reasoning_saved: float | None
+    items: int = Field(ge=1)
+    families: list[str]
+    guarantee: str
+    when: str
+
+    def risk(self, profile: str) -> dict[str, Any]:
+        """The per-call risk record: which profile, at what level, certified or not."""
+        return {"profile": profile, "epsilon": self.epsilon, "delta": self.delta, "bound": self.bound,
+                "bound_met": self.bound_met, "candidate": self.candidate}
 
 
 class GravityProfile(BaseModel):
@@ -21,8 +49,10 @@ class GravityProfile(BaseModel):
 
     model: str
     gravity: GravityConfig
+    calibration: Calibration | None = None
+    """The risk-controlled calibration that chose ``gravity``; None for a profile written by hand."""
     measured: dict[str, Any] = {}
-    """What calibration measured for the chosen configuration (preservation, savings, items)."""
+    """Everything else calibration measured (each candidate's test)."""
 
 
 def profile_path(model_name: str) -> Path:

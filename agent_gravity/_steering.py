@@ -213,11 +213,12 @@ class Steering:
         self._confirmed = max(self._confirmed, t)
         return self._decide(t, output_ids, top_id)
 
-    def probe_answered(self, text: str, tokens: int) -> None:
-        """The in-flight probe wrote ``text`` in ``tokens`` tokens (called on the engine's thread)."""
+    def probe_answered(self, text: str, tokens: int, confidence: float | None = None) -> None:
+        """The in-flight probe wrote ``text`` in ``tokens`` tokens, none less likely than ``confidence`` (called on
+        the engine's thread)."""
         if self.probes is None or not self.probes.in_flight:
             return
-        if self.probes.answered(text, tokens) and self._phase is Phase.REASONING:
+        if self.probes.answered(text, tokens, confidence) and self._phase is Phase.REASONING:
             first = self.probes.records[-self.probes.spec.agree]
             trigger = first.trigger
             values = {**(trigger.values if trigger else {}), "probes": float(len(self.probes.records)),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent_gravity._errors import EngineError
+from agent_gravity._probe import line_confidence
 from agent_gravity._steering import EXTRA_ARGS_KEY, SteeringSpec
 from agent_gravity.backends.base import SamplingSettings
 
@@ -57,6 +59,16 @@ def completion_body(model: str, prompt_ids: Sequence[int], sampling: SamplingSet
     if spec is not None:
         body["vllm_xargs"] = {EXTRA_ARGS_KEY: json.dumps(spec.to_dict())}
     return body
+
+
+def probe_confidence(choice: dict[str, Any]) -> float | None:
+    """The lowest probability among a probe completion's first-line tokens (``logprobs`` asked for); None
+    when the server sent none."""
+    logprobs = choice.get("logprobs") or {}
+    tokens, values = logprobs.get("tokens") or [], logprobs.get("token_logprobs") or []
+    if not tokens or len(tokens) != len(values) or any(v is None for v in values):
+        return None
+    return line_confidence(tokens, [math.exp(v) for v in values])
 
 
 def parse_chunk(event: dict[str, Any]) -> Chunk:

@@ -49,7 +49,7 @@ class RemoteRun:
         self.top_logprobs = max(top_logprobs, request.sampling.logprobs or 0)
         # On the plugin's server this side only follows the phases: the engine's verdicts are read back after.
         self.steering = None if spec is None else Steering.follower(spec) if self.in_engine else Steering(spec)
-        self._answers: queue.SimpleQueue[tuple[str, int]] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[tuple[str, int, float | None]] = queue.SimpleQueue()
         if self.steering is not None and self.steering.probes is not None:
             prompt, tokens, answered = list(request.prompt_ids), spec.probe.tokens, self._answers.put
             self.steering.prober = lambda ids: start_probe([*prompt, *ids], tokens, lambda *a: answered(a))

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from agent_gravity._errors import EngineError, EngineTimeoutError, SchemaNotEnforceableError, SessionNotFoundError
+from agent_gravity._probe import line_confidence
 from agent_gravity._steering import Steering
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
@@ -373,16 +374,20 @@ class _Decode:
         keep = self.cache.get_seq_length()  # the prompt and the output so far
         logits = self.backend.forward(generated[len(self.output):], self.cache)
         ids: list[int] = []
+        probs: list[float] = []
         for _ in range(steering.probes.spec.tokens):
-            token = int(torch.argmax(logits))
+            top = torch.softmax(logits.float(), dim=-1).max(dim=-1)
+            token = int(top.indices)
             if token in self.backend.eos_ids:
                 break
             ids.append(token)
+            probs.append(float(top.values))
             if "\n" in self.backend.decode(ids):
                 break
             logits = self.backend.forward([token], self.cache)
         self.cache.crop(keep - self.cache.get_seq_length())  # negative: drop the probe's tokens
-        steering.probe_answered(self.backend.decode(ids).split("\n")[0], len(ids))
+        texts = [self.backend.token_texts[t] for t in ids]
+        steering.probe_answered(self.backend.decode(ids).split("\n")[0], len(ids), line_confidence(texts, probs))
 
 
 def _stop_index(text: str, stops: Sequence[str]) -> int | None:

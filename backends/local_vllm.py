@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import itertools
+import math
 import os
 import queue
 import random
@@ -19,6 +20,7 @@ from typing import Any
 import psutil
 
 from agent_gravity._errors import EngineError, EngineMemoryError, EngineTimeoutError, SchemaNotEnforceableError
+from agent_gravity._probe import line_confidence
 from agent_gravity._steering import EXTRA_ARGS_KEY, Steering
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._vllm_blocks import ledger_for
@@ -268,19 +270,28 @@ class _Run:
         probe_id = f"{self.request_id}-probe-{len(self._probe_ids)}"
         # Only the answer's first line is compared: stopping there keeps a probe a few tokens long.
         params = SamplingParams(max_tokens=steering.probes.spec.tokens, temperature=0.0, stop=["\n"],
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+                                output_kind=RequestOutputKind.FINAL_ONLY, logprobs=0)
 
         def answered(item: Any) -> None:
             if isinstance(item, BaseException):
                 steering.probe_answered("", 0)
             elif item.finished:
-                steering.probe_answered(item.outputs[0].text, len(item.outputs[0].token_ids))
+                out = item.outputs[0]
+                steering.probe_answered(out.text, len(out.token_ids), self._confidence(out))
 
         if self._finished:
             raise EngineError("the request has finished; no probe is needed")
         self._probe_ids.append(probe_id)
         self.backend._loop.submit(probe_id, {"prompt_token_ids": [*self.request.prompt_ids, *generated]},
                                   params, answered)
+
+    def _confidence(self, completion: Any) -> float | None:
+        """The lowest probability among a probe's first-line tokens, from the sampled tokens' log-probabilities."""
+        steps = completion.logprobs or []
+        probs = [math.exp(step[t].logprob) for t, step in zip(completion.token_ids, steps) if t in step]
+        if len(probs) != len(completion.token_ids):
+            return None
+        return line_confidence([self.backend.token_texts[t] for t in completion.token_ids], probs)
 
     def take(self, item: Any) -> list[StreamItem]:
         if isinstance(item, BaseException):

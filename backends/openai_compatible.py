@@ -29,7 +29,7 @@ from agent_gravity._errors import (
 )
 from agent_gravity._steering import EXTRA_ARGS_KEY
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods
-from agent_gravity.backends._openai_wire import error_message, parse_chunk, sse_data
+from agent_gravity.backends._openai_wire import error_message, parse_chunk, probe_confidence, sse_data
 from agent_gravity.backends._remote_run import RemoteRun, Vocabulary
 from agent_gravity.backends._upstreams import Upstream, UpstreamPool, check_url, joined
 from agent_gravity.backends.base import GenerationRequest, StreamItem
@@ -160,20 +160,21 @@ class OpenAICompatibleBackend(HFTokenizerMethods):
     def _probe(self, prompt_ids: list[int], tokens: int, answered: Any) -> None:
         """Ask for an answer probe on a side thread; only the answer's first line is compared."""
         body = {"model": self.model_name, "prompt": prompt_ids, "max_tokens": tokens, "temperature": 0.0,
-                "stop": ["\n"], "return_token_ids": True}
+                "stop": ["\n"], "return_token_ids": True, "logprobs": 0}
 
         def run() -> None:
-            upstream, text, count = self._pool.acquire(), "", 0
+            upstream, text, count, confidence = self._pool.acquire(), "", 0, None
             try:
                 response = self._client.post(joined(upstream.url, "/v1/completions"), json=body)
                 if response.status_code == 200:
                     choice = response.json()["choices"][0]
                     text, count = choice.get("text", ""), len(choice.get("token_ids") or [])
+                    confidence = probe_confidence(choice)
             except (httpx.HTTPError, KeyError, IndexError, ValueError):
                 pass  # a probe that fails confirms nothing; reasoning goes on
             finally:
                 self._pool.release(upstream)
-                answered(text, count)
+                answered(text, count, confidence)
 
         threading.Thread(target=run, name="agent-gravity-probe", daemon=True).start()
 

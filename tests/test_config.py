@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent_gravity import GravityConfig, ProbeConfig
-from agent_gravity._calibrate import candidates
+from agent_gravity._calibrate import Candidate, candidates
 
 
 @pytest.mark.parametrize("field", ["max_reasoning_tokens", "max_answer_tokens"])
@@ -29,7 +29,9 @@ def test_a_bad_loop_or_probe_setting_is_refused():
     with pytest.raises(ValidationError, match="agree"):
         GravityConfig(probe=ProbeConfig(agree=0))
     with pytest.raises(ValueError, match="threshold factors must be positive"):
-        candidates(GravityConfig(), (1.0, 0.0))
+        candidates(GravityConfig(), (Candidate("a"), Candidate("b", 0.0)))
+    with pytest.raises(ValidationError, match="min_confidence"):
+        ProbeConfig(min_confidence=1.5)
 
 
 def test_unknown_field_is_refused():

@@ -3,8 +3,10 @@
 import pytest
 
 from agent_gravity import ChatGravity, GravityConfig
-from agent_gravity._calibrate import candidates, choose, scaled
+from agent_gravity._calibrate import DEFAULT_CANDIDATE, GRID, Candidate, calibration_record, candidates, scaled
 from agent_gravity._profile import GravityProfile, load_profile, profile_path, save_profile
+from agent_gravity._risk import learn_then_test
+from agent_gravity.bench.tasks import Task
 
 
 @pytest.fixture
@@ -40,12 +42,35 @@ def test_scaling_reaches_every_threshold_of_a_composed_policy():
     out = scaled(spec, 2.0)
     assert out["within"] == 4 and out["policies"][0] == {"name": "window_mean", "window": 8, "threshold": 1.2}
     assert out["policies"][1]["varentropy_threshold"] == 3.0
-    assert [c.policy["policies"][0]["threshold"] for c in candidates(GravityConfig(policy=spec), (0.5, 1)).values()] == [0.3, 0.6]
+    grid = (Candidate("half", 0.5, {"agree": 3}), Candidate("same"))
+    configs = candidates(GravityConfig(policy=spec), grid)
+    assert list(configs) == ["half", "same"], "the grid's order is the order risk control tests it in"
+    assert [c.policy["policies"][0]["threshold"] for c in configs.values()] == [0.3, 0.6]
+    assert configs["half"].probe.agree == 3 and configs["same"] == GravityConfig(policy=spec)
 
 
-def test_choose_takes_the_biggest_saving_that_keeps_the_target_else_the_best_preserver():
-    def m(kept, saved):
-        return {"preservation": {"value": kept}, "reasoning_saved": {"value": saved}, "reasoning_tokens": {"value": 1}}
-    measured = {"a": m(0.99, 0.2), "b": m(0.96, 0.5), "c": m(0.90, 0.7)}
-    assert choose(measured, 0.95) == ("b", True)
-    assert choose(measured, 0.995) == ("a", False)
+def test_the_grid_holds_the_shipped_default_and_runs_from_conservative_to_aggressive():
+    configs = candidates(GravityConfig())
+    assert configs[DEFAULT_CANDIDATE] == GravityConfig()
+    factors = [c.factor for c in GRID]
+    assert factors == sorted(factors), "thresholds only loosen along the grid"
+
+
+def test_a_calibrated_profile_round_trips_with_its_guarantee(profiles):
+    tasks = [Task(f"t{i}", "fam" + str(i % 3), "q", "1", "number") for i in range(60)]
+    selection = learn_then_test([("careful", [0] * 60, 0.2), ("default", [0] * 59 + [1], 0.4)], 0.1, 0.1)
+    calibration = calibration_record(selection, tasks)
+    assert calibration.bound_met and calibration.candidate == "default" and calibration.items == 60
+    assert calibration.families == ["fam0", "fam1", "fam2"] and calibration.loss == pytest.approx(1 / 60)
+    profile = GravityProfile(model="m", gravity=GravityConfig(min_tokens=9), calibration=calibration)
+    save_profile(profile)
+    assert load_profile("m") == profile
+    risk = calibration.risk(str(profile_path("m")))
+    assert risk["epsilon"] == 0.1 and risk["delta"] == 0.1 and risk["bound"] == calibration.bound
+
+
+def test_a_profile_says_when_no_candidate_met_the_bound(profiles):
+    tasks = [Task(f"t{i}", "fam", "q", "1", "number") for i in range(10)]
+    calibration = calibration_record(learn_then_test([("a", [0] * 10, 0.5)], 0.05, 0.1), tasks)
+    assert not calibration.bound_met and calibration.candidate is None and calibration.bound is None
+    assert "shipped defaults are kept" in calibration.guarantee

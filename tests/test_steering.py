@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agent_gravity._probe import ProbeSpec, answer_key
+from agent_gravity._probe import ProbeSpec, answer_key, line_confidence
 from agent_gravity._steering import Action, Exit, ReasoningIds, Steering, SteeringSpec
 from agent_gravity.backends._logits import apply_action
 
@@ -234,6 +234,44 @@ def test_hesitant_probe_answers_never_count_as_agreement():
     drive(steering, [(0.1, NL)] * 3, out)
     assert len(steering.prober.asked) == 3
     assert steering.exit is None
+
+
+def test_under_min_confidence_unsure_or_unmeasured_probe_answers_confirm_nothing():
+    steering = probing(ProbeSpec(agree=2, gap=3, min_confidence=0.8))
+    out = drive(steering, [(0.1, NL)] * 3)
+    steering.probe_answered("42", 1, 0.95)
+    drive(steering, [(0.1, NL)] * 3, out)
+    steering.probe_answered("42", 1, 0.5)  # the same answer, but the model was not sure of it
+    drive(steering, [(0.1, NL)] * 3, out)
+    steering.probe_answered("42", 1, None)  # a backend that did not measure: not confirmed either
+    drive(steering, [(0.1, NL)] * 3, out)
+    assert steering.exit is None and [r.answer for r in steering.probes.records[:3]] == ["42", "", ""]
+    steering.probe_answered("42", 1, 0.9)
+    drive(steering, [(0.1, NL)] * 3, out)
+    steering.probe_answered("42", 1, 0.99)
+    drive(steering, [(0.1, NL)] * 4, out)
+    assert steering.exit is Exit.GRAVITY and steering.probes.records[-1].confidence == 0.99
+
+
+def test_probes_in_a_long_ramble_skip_the_confidence_test():
+    steering = probing(ProbeSpec(agree=2, gap=3, min_confidence=0.8, lenient_after=5))
+    out = drive(steering, [(0.1, NL)] * 3)
+    steering.probe_answered("42", 1, 0.3)  # started at step 2: unsure, so it does not count
+    drive(steering, [(0.1, NL)] * 4, out)
+    steering.probe_answered("42", 1, 0.3)  # started at step 5: from lenient_after on, it counts
+    drive(steering, [(0.1, NL)] * 3, out)
+    steering.probe_answered("42", 1, 0.3)
+    drive(steering, [(0.1, NL)] * 4, out)
+    assert [r.answer for r in steering.probes.records[:3]] == ["", "42", "42"]
+    assert steering.exit is Exit.GRAVITY
+
+
+def test_probe_confidence_is_the_least_likely_token_of_the_first_line():
+    assert line_confidence([" 4", "2", ".", "\n", " Wait"], [0.9, 0.7, 0.95, 0.1, 0.01]) == 0.7
+    assert line_confidence([" 4", "2.\n", "x"], [0.9, 0.6, 0.01]) == 0.6, "the token that ends the line counts"
+    assert line_confidence(["\n"], [0.2]) is None and line_confidence([], []) is None
+    with pytest.raises(ValueError, match="min_confidence"):
+        ProbeSpec(min_confidence=0.0)
 
 
 def test_without_a_prober_a_probe_confirmed_policy_never_exits_early():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -20,6 +21,7 @@ from langchain_core.messages import HumanMessage
 
 from agent_gravity._chat_model import ChatGravity
 from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
+from agent_gravity._risk import Selection, learn_then_test
 from agent_gravity.backends.base import Backend, GenerationRequest, StreamItem
 from agent_gravity.bench import _stats
 from agent_gravity.bench._report import figure, interval, write_json
@@ -28,7 +30,11 @@ from agent_gravity.bench.tasks import Task, agrees, is_correct
 FULL = "full"
 DEFAULT = "default"
 VLLM_BUDGET = "vllm_budget"
-BASELINES = (FULL, VLLM_BUDGET, "dynasor")
+DYNASOR = "dynasor"
+BASELINES = (FULL, VLLM_BUDGET, DYNASOR)
+BUDGET = "reasoning_budget"
+REFERENCE_SCALE = 4
+"""Capped items are judged against a reference run with this many times the reasoning budget."""
 
 
 def _only(policy: dict[str, Any] | None, probe: ProbeConfig | None = None,
@@ -49,7 +55,7 @@ def method_configs(default: GravityConfig) -> dict[str, GravityConfig]:
         DEFAULT: default,
         VLLM_BUDGET: GravityConfig(enabled=False),
         # Dynasor-CoT: probe every 32 tokens, exit when the last 3 probe answers agree.
-        "dynasor": _only(None, ProbeConfig(interval=32, agree=3, gap=32, max_probes=8)),
+        DYNASOR: _only(None, ProbeConfig(interval=32, agree=3, gap=32, max_probes=8)),
     }
 
 
@@ -92,6 +98,16 @@ class ItemResult:
     reason: str | None
     terminated_early: bool
     correct: bool
+    lock_step: int | None = None
+    probe_steps: tuple[int, ...] = ()
+    probe_answers: tuple[str | None, ...] = ()
+    """Each probe's comparable answer ('' for a hesitant one), in order, for the analysis of lost answers."""
+    probe_confidence: tuple[float | None, ...] = ()
+
+    @property
+    def capped(self) -> bool:
+        """The run hit its reasoning budget instead of closing its reasoning itself."""
+        return self.reason == BUDGET
 
     @property
     def spent(self) -> int:
@@ -107,7 +123,8 @@ async def _answer(model: ChatGravity, task: Task, config: GravityConfig, gate: a
     g = message.response_metadata["gravity"]
     return ItemResult(task.id, task.kind, message.content, g["reasoning_tokens"],
                       message.usage_metadata["output_tokens"], g["probe_tokens"], g["probes"], seconds,
-                      g["reason"], g["terminated_early"], is_correct(task, message.content))
+                      g["reason"], g["terminated_early"], is_correct(task, message.content), g["lock_step"],
+                      tuple(g["probe_steps"]), tuple(g["probe_answers"]), tuple(g["probe_confidence"]))
 
 
 def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig,
@@ -122,13 +139,53 @@ def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig,
     return results, time.perf_counter() - start
 
 
+def answer_lost(task: Task, full: ItemResult, result: ItemResult, reference: ItemResult | None = None) -> bool:
+    """Whether an early exit lost the answer: the one real loss a reader can count.
+
+    Where the full run closed its reasoning itself, any change of answer is a loss. Where it ran into the cap
+    its answer is close to arbitrary, so only a real loss counts: a graded item the full run got right and
+    this run gets wrong, or a free-text item whose full answer matched a settled longer-budget ``reference``
+    that this run no longer matches.
+    """
+    if not full.capped:
+        return not agrees(task, full.answer, result.answer)
+    if task.answer is not None:
+        return full.correct and not result.correct
+    return (reference is not None and not reference.capped and agrees(task, reference.answer, full.answer)
+            and not agrees(task, reference.answer, result.answer))
+
+
+def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[ItemResult],
+                   references: dict[str, ItemResult]) -> dict[str, Any]:
+    """Answers kept where the full run settled (the headline), and capped items judged by accuracy and against
+    the longer-budget reference."""
+    settled = [i for i, f in enumerate(full) if not f.capped]
+    capped = [i for i, f in enumerate(full) if f.capped]
+    graded_capped = [i for i in capped if tasks[i].answer is not None]
+    judged = [i for i in capped if tasks[i].id in references and not references[tasks[i].id].capped]
+    lost = [answer_lost(tasks[i], full[i], results[i], references.get(tasks[i].id)) for i in range(len(tasks))]
+    return {
+        "kept_settled": _stats.wilson(sum(agrees(tasks[i], full[i].answer, results[i].answer) for i in settled),
+                                      len(settled)),
+        "capped_accuracy_change": _stats.difference_ci([float(full[i].correct) for i in graded_capped],
+                                                       [float(results[i].correct) for i in graded_capped]),
+        "capped_kept_vs_reference": _stats.wilson(
+            sum(agrees(tasks[i], references[tasks[i].id].answer, results[i].answer) for i in judged), len(judged)),
+        "answer_loss": _stats.wilson(sum(lost), len(lost)),
+    }
+
+
 def summarize(tasks: Sequence[Task], full: list[ItemResult], results: list[ItemResult],
-              wall: float) -> dict[str, Any]:
-    """Per-method figures with 95% intervals, preservation measured against the full run."""
+              wall: float, references: dict[str, ItemResult] | None = None) -> dict[str, Any]:
+    """Per-method figures with 95% intervals, preservation measured against the full run.
+
+    With ``references`` (longer-budget runs of the items the full run capped, by id) the answers kept are also
+    split by whether the full run settled, and the answer loss of :func:`answer_lost` is counted.
+    """
     graded = [i for i, t in enumerate(tasks) if t.answer is not None]
     free = [i for i, t in enumerate(tasks) if t.answer is None]
     kept = [agrees(t, f.answer, r.answer) for t, f, r in zip(tasks, full, results)]
-    return {
+    summary = {
         "reasoning_tokens": _stats.mean_ci([r.reasoning_tokens for r in results]),
         "spent_tokens": _stats.mean_ci([r.spent for r in results]),
         "reasoning_saved": _stats.saving_ci([f.reasoning_tokens for f in full], [r.reasoning_tokens for r in results]),
@@ -145,6 +202,62 @@ def summarize(tasks: Sequence[Task], full: list[ItemResult], results: list[ItemR
         "reasons": dict(Counter(r.reason or "none" for r in results)),
         "wall_seconds": wall,
     }
+    if references is not None:
+        summary.update(_split_figures(tasks, full, results, references))
+    return summary
+
+
+def reference_figures(tasks: Sequence[Task], full: list[ItemResult],
+                      references: dict[str, ItemResult]) -> dict[str, Any]:
+    """How stable the longer-budget reference of the capped items is: does it settle, does the capped run agree."""
+    capped = [(t, f) for t, f in zip(tasks, full) if f.capped]
+    settled = [(t, f) for t, f in capped if not references[t.id].capped]
+    return {
+        "settled_items": len(full) - len(capped),
+        "capped_items": len(capped),
+        "reference_settled": _stats.wilson(len(settled), len(capped)),
+        "full_agrees_with_reference": _stats.wilson(
+            sum(agrees(t, references[t.id].answer, f.answer) for t, f in settled), len(settled)),
+        "reference_accuracy": _stats.wilson(sum(references[t.id].correct for t, _ in capped if t.answer is not None),
+                                            sum(t.answer is not None for t, _ in capped)),
+    }
+
+
+def run_references(model: ChatGravity, tasks: Sequence[Task], full: list[ItemResult],
+                   concurrency: int) -> dict[str, ItemResult]:
+    """Answer the items the full run capped again with ``REFERENCE_SCALE`` times the reasoning budget."""
+    base = GravityConfig(enabled=False)
+    config = base.model_copy(update={"max_reasoning_tokens": base.max_reasoning_tokens * REFERENCE_SCALE})
+    capped = [t for t, f in zip(tasks, full) if f.capped]
+    results, _ = run_method(model, capped, config, concurrency)
+    return {r.id: r for r in results}
+
+
+class Answers:
+    """Every run of one experiment, by method name, aligned with ``tasks``; slices them by item indices."""
+
+    def __init__(self, tasks: Sequence[Task], full: list[ItemResult], references: dict[str, ItemResult],
+                 runs: dict[str, list[ItemResult]]) -> None:
+        self.tasks, self.full, self.references, self.runs = list(tasks), full, references, runs
+
+    def losses(self, method: str, idx: Sequence[int]) -> list[int]:
+        """The 0/1 answer loss of ``method`` on the items ``idx``."""
+        return [int(answer_lost(self.tasks[i], self.full[i], self.runs[method][i],
+                                self.references.get(self.tasks[i].id))) for i in idx]
+
+    def saving(self, method: str, idx: Sequence[int]) -> float:
+        """Share of the full run's reasoning tokens ``method`` saved on ``idx``."""
+        full = sum(self.full[i].reasoning_tokens for i in idx)
+        return 1 - sum(self.runs[method][i].reasoning_tokens for i in idx) / full if full else 0.0
+
+    def summary(self, method: str, idx: Sequence[int]) -> dict[str, Any]:
+        """:func:`savings.summarize` of ``method`` on ``idx`` (wall time is not split by item)."""
+        pick = lambda rows: [rows[i] for i in idx]  # noqa: E731
+        return summarize(pick(self.tasks), pick(self.full), pick(self.runs[method]), math.nan, self.references)
+
+    def select(self, candidates: Sequence[str], idx: Sequence[int], epsilon: float, delta: float) -> Selection:
+        """Learn-then-Test over ``candidates`` (most conservative first) on the items ``idx``."""
+        return learn_then_test([(c, self.losses(c, idx), self.saving(c, idx)) for c in candidates], epsilon, delta)
 
 
 def goal(methods: dict[str, dict[str, Any]]) -> dict[str, Any]:

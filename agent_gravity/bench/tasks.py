@@ -21,6 +21,8 @@ SCORINGS = ("number", "word", "free_text")
 FREE_TEXT_AGREEMENT = 0.5
 
 NAMES = ("Tom", "Ann", "Sam", "Mia", "Ben", "Lily", "Max", "Zoe", "Leo", "Eva", "Nina", "Omar")
+# Names only the task families (families.py) ask about: word answers this set never has.
+PEOPLE = ("Ravi", "Dana", "Kofi", "Ines", "Yuki", "Pablo", "Hana", "Theo", "Amir", "Lena")
 OBJECTS = ("apples", "pens", "books", "cards", "stickers", "coins", "marbles", "cookies", "shells", "stamps")
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
@@ -48,21 +50,27 @@ STORY_MIDDLES = ("At first it was hard and progress was slow.", "Every day {n} p
 STORY_ENDS = ("After a year, it had become the best part of the week.", "By summer, the effort had clearly paid off.",
               "Now {n} helps others do the same.", "")
 # Words a word-scored answer can be: every word answer the generator makes is drawn from these pools.
-ANSWER_WORDS = frozenset(w.lower() for pool in (NAMES, DAYS, MONTHS, COLORS, FRUITS, ANIMALS) for w in pool)
+ANSWER_WORDS = frozenset(w.lower() for pool in (NAMES, PEOPLE, DAYS, MONTHS, COLORS, FRUITS, ANIMALS) for w in pool)
 CALENDAR_WORDS = frozenset(w.lower() for w in DAYS + MONTHS)
+# Kinds whose word answers are a day or month reached from the one the question names, never named in it.
+DATE_KINDS = frozenset({"date", "dates"})
 # Lowercase these are ordinary words ("it may be", "they march"), not months.
 CAPITALIZED_ONLY = frozenset({"may", "march"})
 
 
 @dataclass(frozen=True)
 class Task:
-    """One benchmark item; ``answer`` is None for free-text items, which have no ground truth."""
+    """One benchmark item; ``answer`` is None for free-text items, which have no ground truth.
+
+    ``pair`` is the id an item shares with its paraphrase twin (the same question worded differently), or None.
+    """
 
     id: str
     kind: str
     question: str
     answer: str | None
     scoring: str
+    pair: str | None = None
 
 
 Template = Callable[[random.Random], tuple[str, object]]
@@ -184,6 +192,11 @@ def _draw(r: random.Random, templates: tuple[Template, ...], seen: set[str]) -> 
     raise RuntimeError("templates exhausted: too many tasks asked of one kind")
 
 
+def scoring_of(answer: object) -> str:
+    """The scoring a generated answer gets: ``free_text`` for None, ``number`` for an int, else ``word``."""
+    return "free_text" if answer is None else "number" if isinstance(answer, int) else "word"
+
+
 def generate_tasks(seed: int = 0, n_reasoning: int = 210, n_free_text: int = 30) -> list[Task]:
     """The task set for ``seed``: reasoning kinds in round-robin, then the free-text items."""
     r, seen, counts, tasks = random.Random(seed), set[str](), Counter[str](), []
@@ -191,28 +204,39 @@ def generate_tasks(seed: int = 0, n_reasoning: int = 210, n_free_text: int = 30)
     kinds = [names[i % len(names)] for i in range(n_reasoning)] + ["free_text"] * n_free_text
     for kind in kinds:
         question, answer = _draw(r, REASONING.get(kind, FREE_TEXT), seen)
-        scoring = "free_text" if answer is None else "number" if isinstance(answer, int) else "word"
         tasks.append(Task(f"{kind}-{counts[kind]:04d}", kind, question, None if answer is None else str(answer),
-                          scoring))
+                          scoring_of(answer)))
         counts[kind] += 1
     return tasks
 
 
 def write_tasks(tasks: Iterable[Task], path: Path) -> Path:
-    """Write ``tasks`` as JSONL, one object with sorted keys a line."""
+    """Write ``tasks`` as JSONL, one object with sorted keys a line; ``pair`` only where an item has one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(asdict(t), sort_keys=True) + "\n" for t in tasks))
+    path.write_text("".join(json.dumps(_task_dict(t), sort_keys=True) + "\n" for t in tasks))
     return path
+
+
+def _task_dict(task: Task) -> dict[str, str | None]:
+    data = asdict(task)
+    if task.pair is None:  # files of unpaired tasks stay as they were before pairs existed
+        del data["pair"]
+    return data
+
+
+_REQUIRED_KEYS = {"id", "kind", "question", "answer", "scoring"}
 
 
 def _parse_task(line: str) -> Task:
     data = json.loads(line)
-    if not isinstance(data, dict) or set(data) != {"id", "kind", "question", "answer", "scoring"}:
-        raise ValueError("expected an object with keys answer, id, kind, question, scoring")
+    if not isinstance(data, dict) or set(data) - {"pair"} != _REQUIRED_KEYS:
+        raise ValueError("expected an object with keys answer, id, kind, question, scoring, and optionally pair")
     task = Task(**data)
     texts = (task.id, task.kind, task.question, task.scoring)
     if not all(isinstance(v, str) for v in texts) or not isinstance(task.answer, str | None):
         raise ValueError("every field must be a string, or null for the answer of a free-text item")
+    if "pair" in data and not isinstance(task.pair, str):
+        raise ValueError("pair, where present, must be a string")
     if task.scoring not in SCORINGS or (task.answer is None) != (task.scoring == "free_text"):
         raise ValueError(f"scoring {task.scoring!r} does not fit answer {task.answer!r}")
     return task
@@ -253,7 +277,7 @@ def _first_word(task: Task, text: str) -> str:
     # Date answers never appear in the question, so a restated "today is Monday" must not count; the
     # other word answers are always one of the options the question names.
     asked = set(normalize(task.question).split())
-    candidates = CALENDAR_WORDS - asked if task.kind == "date" else ANSWER_WORDS & asked
+    candidates = CALENDAR_WORDS - asked if task.kind in DATE_KINDS else ANSWER_WORDS & asked
     for word in re.sub(r"[^\w\s]", " ", text).split():
         low = word.lower()
         if low in candidates and (word[0].isupper() or low not in CAPITALIZED_ONLY):
@@ -265,8 +289,9 @@ def extract_answer(task: Task, text: str) -> str:
     """The comparable answer in a model's ``text``; "" when it holds none.
 
     number: the first number ("1,200" -> "1200", "3.0" -> "3", "-4"). word: the first word of the text
-    that is a possible answer (an option the question names; for date items, a day or month it does not
-    name; "may" and "march" only capitalized), lowercased. free_text: the whole text, normalized.
+    that is a possible answer (an option the question names; for items of the ``DATE_KINDS``, a day or
+    month it does not name; "may" and "march" only capitalized), lowercased. free_text: the whole text,
+    normalized.
     """
     if task.scoring == "number":
         return _first_number(text)

@@ -17,7 +17,7 @@ from agent_gravity._config import TelemetryConfig
 from agent_gravity.telemetry._content import input_messages
 from agent_gravity.telemetry._events import gravity_events
 from agent_gravity.telemetry._metrics import record_call, record_failure
-from agent_gravity.telemetry._spans import add_event, chat_span, response_attributes, set_attributes
+from agent_gravity.telemetry._spans import GRAVITY_PREFIX, add_event, chat_span, response_attributes, set_attributes
 from agent_gravity.telemetry._trace_file import trace_path, trace_record, write_record
 
 T = TypeVar("T")
@@ -60,6 +60,7 @@ class ChatTelemetry:
             attrs[gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = self.first_chunk
         if self.config.capture_content:
             attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _safely(output)
+            attrs[GRAVITY_PREFIX + "probe_answers"] = tuple(a or "" for a in gravity.get("probe_answers", ()))
         set_attributes(self.span, {k: v for k, v in attrs.items() if v is not None})
         for name, event in gravity_events(gravity, usage["output_tokens"]):
             add_event(self.span, name, event)

@@ -60,6 +60,9 @@ def response_attributes(
         attrs[GRAVITY_PREFIX + "reason"] = gravity["reason"]
     if gravity["lock_step"] is not None:
         attrs[GRAVITY_PREFIX + "lock_step"] = gravity["lock_step"]
+    risk = gravity.get("risk")
+    if risk:
+        attrs.update({GRAVITY_PREFIX + f"risk.{k}": v for k, v in risk.items() if v is not None})
     if entropy:
         attrs[GRAVITY_PREFIX + "entropy.mean"] = sum(entropy) / len(entropy)
         attrs[GRAVITY_PREFIX + "entropy.min"] = min(entropy)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from agent_gravity import ChatGravity
+from agent_gravity import ChatGravity, GravityConfig
+from agent_gravity._calibrate import GRID
 from agent_gravity._cli import main
 from agent_gravity._profile import load_profile
 
@@ -35,11 +36,41 @@ def test_bench_savings_runs_every_kind_of_method_and_writes_table_json_and_plot(
     assert report["goal"]["checked"] and (tmp_path / "savings.png").stat().st_size > 1000
 
 
-def test_calibrate_writes_a_profile_that_chat_gravity_then_uses(chat, tmp_path, monkeypatch, capsys):
+def test_split_bench_calibrates_without_the_held_out_family_and_reports_every_family(chat, tmp_path, capsys):
+    families = ["word_problems", "dates", "code_output"]
+    assert main(["bench", "savings", "--tasks", "families", "--split", "leave-one-family-out", "--per-family", "2",
+                 "--families", *families, "--epsilon", "0.5", "--delta", "0.5", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert all(f in table for f in families) and "worst family" in table and "paraphrases" in table
+    report = json.loads((tmp_path / "savings.json").read_text())
+    assert report["items"] == 6 and report["families"] == sorted(families)
+    assert {"full", "default", "dynasor", "vllm_budget", *(c.name for c in GRID)} == set(report["methods"])
+    rows = report["split"]["families"]
+    assert [r["family"] for r in rows] == families
+    for r in rows:
+        assert r["family"] not in r["calibration_families"] and r["calibration_items"] == 4 and r["items"] == 2
+        assert r["chosen"] in {c.name for c in GRID}
+        assert set(r["compared"]) == {"default", "dynasor", "vllm_budget"}
+    ref = report["reference"]
+    assert ref["settled_items"] + ref["capped_items"] == 6 and len(report["references"]) == ref["capped_items"]
+    assert report["paraphrase"]["pairs"] == 3 and (tmp_path / "savings.png").stat().st_size > 1000
+
+
+def test_calibrate_writes_a_profile_with_its_guarantee_that_chat_gravity_then_uses(chat, tmp_path, monkeypatch,
+                                                                                   capsys):
     monkeypatch.setenv("AGENT_GRAVITY_PROFILES", str(tmp_path))
-    assert main(["calibrate", "--items", "3", "--free-text", "0", "--factors", "1", "3", "--target", "0.5"]) == 0
+    assert main(["calibrate", "--per-family", "2", "--families", "word_problems", "dates", "--candidates",
+                 "careful", "default", "--epsilon", "0.5", "--delta", "0.5"]) == 0
     assert "wrote" in capsys.readouterr().out
     profile = load_profile("SmolLM2-135M-Instruct")
-    assert profile is not None and profile.measured["items"] == 3
-    assert set(profile.measured["candidates"]) == {"x1", "x3"} and profile.measured["candidate"] in ("x1", "x3")
-    assert ChatGravity().gravity == profile.gravity
+    c = profile.calibration
+    assert c is not None and c.items == 4 and c.families == ["dates", "word_problems"]
+    assert (c.epsilon, c.delta) == (0.5, 0.5) and [t["name"] for t in profile.measured["tests"]] == ["careful",
+                                                                                                      "default"]
+    assert c.bound_met == (c.candidate is not None)
+    if c.bound_met:
+        assert c.bound <= c.epsilon and profile.gravity != GravityConfig() or c.candidate == "default"
+    model = ChatGravity()
+    assert model.gravity == profile.gravity
+    risk = model.invoke("What is 2 + 3?").response_metadata["gravity"]["risk"]
+    assert risk["epsilon"] == 0.5 and risk["delta"] == 0.5 and risk["profile"].endswith("SmolLM2-135M-Instruct.json")

@@ -1,0 +1,121 @@
+"""Leave-one-family-out bookkeeping, the answer-loss measure and the paraphrase check, on synthetic answers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agent_gravity.bench import heldout
+from agent_gravity.bench.savings import Answers, ItemResult, answer_lost, reference_figures, summarize
+from agent_gravity.bench.tasks import Task
+
+FAMILIES = ("alpha", "beta", "gamma")
+
+
+def task(family: str, i: int, answer: str | None = "4") -> Task:
+    return Task(f"{family}-{i:04d}", family, f"{family} question {i}?", answer,
+                "number" if answer else "free_text", f"{family}-p{i // 2:04d}")
+
+
+def result(t: Task, answer: str, reasoning: int = 40, capped: bool = False) -> ItemResult:
+    return ItemResult(t.id, t.kind, answer, reasoning, reasoning + 4, 0, 0, 0.1,
+                      "reasoning_budget" if capped else "model_ended", False,
+                      t.answer is not None and answer == t.answer)
+
+
+TASKS = [task(f, i) for f in FAMILIES for i in range(60)]
+FULL = [result(t, "4", 40) for t in TASKS]
+
+
+def test_answer_loss_counts_changes_where_the_full_run_settled_and_only_real_losses_where_it_was_capped():
+    t, free = task("alpha", 0), task("alpha", 1, None)
+    settled, capped = result(t, "4"), result(t, "4", 256, capped=True)
+    assert answer_lost(t, settled, result(t, "5")) and not answer_lost(t, settled, result(t, "4"))
+    assert answer_lost(t, capped, result(t, "5")), "a capped run that was right and is now wrong lost it"
+    wrong_capped = result(t, "7", 256, capped=True)
+    assert not answer_lost(t, wrong_capped, result(t, "9")), "an arbitrary wrong answer changing is no loss"
+    ramble = result(free, "the cat sat", 256, capped=True)
+    reference = result(free, "the cat sat on the mat")
+    assert answer_lost(free, ramble, result(free, "dogs bark loudly"), reference)
+    assert not answer_lost(free, ramble, result(free, "dogs bark loudly"), result(free, "x", 1024, capped=True)), \
+        "an unsettled reference judges nothing"
+
+
+def test_summary_splits_settled_and_capped_items_and_judges_capped_ones_by_accuracy_and_reference():
+    tasks = [task("alpha", i) for i in range(4)]
+    full = [result(tasks[0], "4"), result(tasks[1], "4"), result(tasks[2], "4", 256, True),
+            result(tasks[3], "9", 256, True)]
+    ours = [result(tasks[0], "4", 10), result(tasks[1], "5", 10), result(tasks[2], "3", 10), result(tasks[3], "4", 10)]
+    refs = {tasks[2].id: result(tasks[2], "4", 300), tasks[3].id: result(tasks[3], "4", 1024, True)}
+    s = summarize(tasks, full, ours, 1.0, refs)
+    assert s["kept_settled"]["value"] == 0.5 and s["kept_settled"]["n"] == 2
+    assert s["capped_accuracy_change"]["value"] == pytest.approx(0.0), "one right answer lost, one gained"
+    assert s["capped_kept_vs_reference"]["n"] == 1 and s["capped_kept_vs_reference"]["value"] == 0.0
+    assert s["answer_loss"]["value"] == 0.5
+    ref = reference_figures(tasks, full, refs)
+    assert ref["capped_items"] == 2 and ref["reference_settled"]["value"] == 0.5
+    assert ref["full_agrees_with_reference"]["value"] == 1.0
+
+
+def test_no_item_of_the_held_out_family_reaches_calibration():
+    folds = heldout.folds(TASKS)
+    assert [f.family for f in folds] == list(FAMILIES)
+    for f in folds:
+        assert all(TASKS[i].kind == f.family for i in f.evaluation) and len(f.evaluation) == 60
+        assert all(TASKS[i].kind != f.family for i in f.calibration) and len(f.calibration) == 120
+    with pytest.raises(ValueError, match="at least two task families"):
+        heldout.folds(TASKS[:60])
+
+
+def _answers(losing_family: str | None) -> Answers:
+    """'safe' never changes an answer; 'bold' saves more and loses a third of ``losing_family``'s answers."""
+    safe = [result(t, "4", 30) for t in TASKS]
+    bold = [result(t, "5" if t.kind == losing_family and i % 3 == 0 else "4", 10) for i, t in enumerate(TASKS)]
+    return Answers(TASKS, FULL, {}, {"full": FULL, "safe": safe, "bold": bold})
+
+
+def test_each_fold_calibrates_on_the_other_families_only():
+    """'bold' loses answers only on gamma: calibrating without gamma certifies it, and gamma then shows the
+    loss the calibration could not see, which the report flags against epsilon."""
+    report = heldout.leave_one_family_out(_answers("gamma"), ["safe", "bold"], "safe", 0.05, 0.1, ["safe"])
+    rows = {r["family"]: r for r in report["families"]}
+    assert rows["gamma"]["chosen"] == "bold" and rows["gamma"]["calibration_families"] == ["alpha", "beta"]
+    assert rows["gamma"]["held_out"]["answer_loss"]["value"] == pytest.approx(20 / 60)
+    assert not rows["gamma"]["loss_within_epsilon"] and not report["goal"]["bound_holds_on_every_family"]
+    assert rows["alpha"]["chosen"] == "safe", "with gamma in calibration, bold is refused"
+    assert report["worst"]["answer_loss"]["family"] == "gamma"
+    assert report["worst"]["kept_settled"]["value"] == pytest.approx(40 / 60)
+    assert "gamma" in report["goal"]["families_missing"]
+    assert rows["alpha"]["compared"]["safe"]["reasoning_saved"]["value"] == pytest.approx(0.25)
+
+
+def test_the_fallback_is_kept_when_no_candidate_is_certified():
+    answers = _answers("alpha")
+    report = heldout.leave_one_family_out(answers, ["bold"], "safe", 0.05, 0.1)
+    rows = {r["family"]: r for r in report["families"]}
+    assert rows["beta"]["chosen"] == "safe" and not rows["beta"]["bound_met"] and rows["beta"]["bound"] is None
+    assert rows["alpha"]["chosen"] == "bold", "without alpha, bold loses nothing and is certified"
+
+
+def test_paraphrase_check_compares_twin_discordance_with_chance():
+    tasks = [task(f, i) for f in FAMILIES for i in range(40)]
+    full = [result(t, "4") for t in tasks]
+    # The first twin of every other pair loses its answer, the second keeps it: wording decides.
+    by_wording = [result(t, "5" if i % 4 == 0 else "4") for i, t in enumerate(tasks)]
+    check = heldout.paraphrase_check(Answers(tasks, full, {}, {"m": by_wording}), "m")
+    assert check["pairs"] == 60 and check["discordant"] == pytest.approx(0.5)
+    assert check["discordant"] > check["chance"] and check["p_value"] < 0.05
+    # Both twins of a pair share their fate: no more discordant than chance.
+    by_pair = [result(t, "5" if (i // 2) % 2 == 0 else "4") for i, t in enumerate(tasks)]
+    same = heldout.paraphrase_check(Answers(tasks, full, {}, {"m": by_pair}), "m")
+    assert same["discordant"] == 0.0 and same["p_value"] == 1.0
+
+
+def test_the_split_table_names_every_family_the_worst_and_the_verdict():
+    report = {"model": "m", "split": heldout.leave_one_family_out(_answers("gamma"), ["safe", "bold"], "safe",
+                                                                   0.05, 0.1, ["safe"]),
+              "paraphrase": {"method": "safe", "pairs": 0}}
+    text = heldout.table(report)
+    assert all(f in text for f in FAMILIES) and "worst family" in text and "goal: not met" in text
+    assert not math.isnan(report["split"]["mean"]["reasoning_saved"])
