@@ -51,7 +51,8 @@ class ProbeConfig(BaseModel):
     """Tokens each probe may write; it stops at the end of the answer's first line."""
     gap: int = Field(8, ge=1)
     """Reasoning tokens between two probes."""
-    max_probes: int = Field(6, ge=1)
+    max_probes: int = Field(12, ge=1)
+    """Probes per call; enough for confident-free probes to reach ``lenient_after`` in a ramble."""
     interval: int | None = Field(32, ge=1)
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: locks only."""
     min_confidence: float | None = Field(0.8, gt=0.0, le=1.0)
