@@ -204,6 +204,7 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budget_back
     budget = max(1, round(sum(r.reasoning_tokens for r in runs[DEFAULT]) / len(tasks)))
     capped_model = ChatGravity(backend=budget_backend(budget), gravity=model.gravity)
     runs[VLLM_BUDGET], walls[VLLM_BUDGET] = run_method(capped_model, tasks, GravityConfig(enabled=False), concurrency)
+    on_method(VLLM_BUDGET, summarize(tasks, full, runs[VLLM_BUDGET], walls[VLLM_BUDGET], references))
     answers = Answers(tasks, full, references, runs)
     baselines = [DYNASOR, VLLM_BUDGET]
     report: dict[str, Any] = {
