@@ -5,12 +5,14 @@ benchmark's) is answered once in full, the items the full run capped once more w
 (their reference), and once per candidate of an ordered grid, from the most conservative to the most
 aggressive. Learn-then-Test (:mod:`agent_gravity._risk`) keeps the candidates whose expected answer
 loss is at most ``epsilon`` with probability at least ``1 - delta`` on questions exchangeable with the
-calibration set, and the one saving the most reasoning becomes the model's profile. When none is
+calibration set (each question counted once, lost when any of its wordings lost its answer), and the one
+saving the most reasoning becomes the model's profile. When none is
 certified the profile says so and keeps the shipped defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,8 +52,8 @@ class Candidate:
         if not self.factor > 0:
             raise ValueError(f"candidate {self.name}: threshold factors must be positive, got {self.factor}")
         policy = scaled(base.policy or {"name": "window_mean"}, self.factor)
-        probe = (base.probe or ProbeConfig()).model_copy(update=self.probe)
-        return base.model_copy(update={"policy": policy, "probe": ProbeConfig.model_validate(probe.model_dump())})
+        probe = {**(base.probe or ProbeConfig()).model_dump(), **self.probe}
+        return GravityConfig.model_validate({**base.model_dump(), "policy": policy, "probe": probe})
 
 
 GRID: tuple[Candidate, ...] = (
@@ -72,7 +74,11 @@ def candidates(base: GravityConfig, grid: Sequence[Candidate] = GRID) -> dict[st
 
 
 def calibration_record(selection: Selection, tasks: Sequence[Task]) -> Calibration:
-    """What a profile records of a calibration: the guarantee asked for, the data, the outcome."""
+    """What a profile records of a calibration: the guarantee asked for, the data, the outcome.
+
+    The guarantee is Learn-then-Test's: the chosen candidate's expected loss is at most epsilon. ``bound`` is
+    its Clopper-Pearson bound before the choice among passing candidates, reported as evidence, not certified.
+    """
     chosen = selection.test(selection.chosen) if selection.chosen else None
     return Calibration(
         epsilon=selection.epsilon, delta=selection.delta, bound_met=selection.met, candidate=selection.chosen,
@@ -90,8 +96,9 @@ def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, 
               on_candidate: Callable[[str, list[ItemResult]], None] = lambda n, r: None) -> GravityProfile:
     """Measure every candidate against the full run and return the profile of the certified one."""
     check_levels(epsilon, delta)
-    if len(tasks) < items_needed(epsilon, delta):
-        raise ValueError(f"{len(tasks)} calibration items cannot certify epsilon={epsilon} at delta={delta}: "
+    questions = len({t.pair or t.id for t in tasks})  # two wordings of one question are one draw
+    if questions < items_needed(epsilon, delta):
+        raise ValueError(f"{questions} calibration questions cannot certify epsilon={epsilon} at delta={delta}: "
                          f"even with no loss at all it takes {items_needed(epsilon, delta)}; add items or "
                          "loosen epsilon or delta")
     configs = candidates(GravityConfig(), grid)
@@ -106,4 +113,4 @@ def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, 
     gravity = configs[selection.chosen] if selection.chosen else GravityConfig()
     return GravityProfile(model=model.get_backend().model_name, gravity=gravity,
                           calibration=calibration_record(selection, tasks),
-                          measured={"tests": [t.__dict__ for t in selection.tests]})
+                          measured={"tests": [dataclasses.asdict(t) for t in selection.tests]})

@@ -100,30 +100,19 @@ def _tasks(seed: int, items: int | None, free_text: int | None) -> list:
 
 
 def _family_tasks(per_family: int | None, families: list[str] | None, seed: int | None = None) -> list:
-    """The shipped family set (or ``seed``'s, without any question the shipped set asks), cut to ``per_family``."""
-    from agent_gravity.bench.families import FAMILIES, generate_families, load_families
+    """The shipped family set, or ``seed``'s without any question of the shipped set in any wording; ``per_family``
+    items (whole twin pairs) of each family in ``families``."""
+    from agent_gravity.bench.families import FAMILIES, benchmark_wordings, generate_families, load_families
 
     unknown = set(families or ()) - set(FAMILIES)
     if unknown:
         raise SystemExit(f"unknown families {sorted(unknown)}; choose from {sorted(FAMILIES)}")
     if per_family is not None and (per_family < 2 or per_family % 2):
         raise SystemExit("--per-family must be an even number of at least 2 (each question comes in two wordings)")
-    shipped = load_families()
-    if seed is None:
-        tasks = shipped
-    else:
-        asked = {t.question for t in shipped}
-        tasks = [t for t in generate_families(seed) if t.question not in asked]
-    tasks = [t for t in tasks if families is None or t.kind in families]
-    if per_family is None:
-        return tasks
-    taken: dict[str, int] = {}
-    kept = []
-    for t in tasks:
-        if taken.get(t.kind, 0) < per_family:
-            taken[t.kind] = taken.get(t.kind, 0) + 1
-            kept.append(t)
-    return kept
+    if seed is not None:
+        return generate_families(seed, per_family or 60, families, avoid=benchmark_wordings())
+    tasks = [t for t in load_families() if families is None or t.kind in families]
+    return [t for t in tasks if per_family is None or int(t.id.rsplit("-", 1)[1]) < per_family]
 
 
 def _bench_savings(args: argparse.Namespace) -> int:
@@ -135,6 +124,13 @@ def _bench_savings(args: argparse.Namespace) -> int:
     split = args.split == "leave-one-family-out"
     if split and args.tasks != "families":
         raise SystemExit("--split leave-one-family-out needs --tasks families (the shipped set has one family a kind)")
+    grid = [c.name for c in heldout.GRID]
+    if args.answers is not None:
+        if not split:
+            raise SystemExit("--answers re-analyses a split run: add --tasks families --split leave-one-family-out")
+        report = heldout.main(heldout.load_experiment(Path(args.answers)), grid, args.epsilon, args.delta,
+                              Path(args.out))
+        return _print_report(args, report, heldout.table, "savings", "per_item")
     tasks = (_family_tasks(args.per_family, args.families) if args.tasks == "families"
              else _tasks(0, args.items, args.free_text))
     steps = len(heldout.GRID) + 2 if split else len(args.methods)
@@ -151,8 +147,8 @@ def _bench_savings(args: argparse.Namespace) -> int:
             return savings.ThinkingBudgetBackend(backend, n)
 
         if split:
-            report = heldout.main(model, tasks, args.concurrency, budget, args.epsilon, args.delta, Path(args.out),
-                                  advance)
+            experiment = heldout.answer_all(model, tasks, args.concurrency, budget, heldout.GRID, advance)
+            report = heldout.main(experiment, grid, args.epsilon, args.delta, Path(args.out))
         else:
             report = savings.main(model, tasks, args.methods, args.concurrency, budget, Path(args.out), advance)
     bar.close()
@@ -339,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     sav.add_argument("--families", nargs="+", default=None, help="families to use (default: all)")
     sav.add_argument("--epsilon", type=float, default=0.05, help="answer loss the calibration may allow (0.05)")
     sav.add_argument("--delta", type=float, default=0.1, help="chance the guarantee may fail (0.1)")
+    sav.add_argument("--answers", metavar="SAVINGS_JSON", default=None,
+                     help="with --split: analyse the answers a split run saved instead of running the model")
     _report_arguments(sav, "savings")
     sav.set_defaults(run=_bench_savings)
     agt = benches.add_parser("agents", help="a create_agent tool agent with and without GravityMiddleware")

@@ -52,12 +52,12 @@ class ProbeConfig(BaseModel):
     gap: int = Field(8, ge=1)
     """Reasoning tokens between two probes."""
     max_probes: int = Field(12, ge=1)
-    """Probes per call; enough for confident-free probes to reach ``lenient_after`` in a ramble."""
+    """Probes per call: enough that, in a ramble, probing goes on until ``lenient_after``."""
     interval: int | None = Field(32, ge=1)
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: locks only."""
     min_confidence: float | None = Field(0.8, gt=0.0, le=1.0)
-    """A probe answer confirms only if each of its tokens had at least this probability (DEER's confidence
-    test); None: any settled answer confirms. Unsure probes agreeing on a half-computed value were what lost
+    """A probe answer confirms only if each of its tokens had at least this probability (a least-token variant of
+    DEER's trial-answer confidence); None: any settled answer confirms. Unsure probes agreeing on a half-computed value were what lost
     answers on questions worded unlike the tuning set."""
     lenient_after: int | None = Field(96, ge=1)
     """Probes from this reasoning step on skip the confidence test: a reasoning that long is a ramble whose

@@ -7,12 +7,15 @@ generation goes on untouched. The exit happens only when consecutive probes agre
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent_gravity.policies import Lock
 
+_log = logging.getLogger(__name__)
 HESITATION = re.compile(r"\b(wait|hmm|maybe|perhaps|not sure|unsure|let me|however)\b|\?")
 """Words that say a probe answer is not settled, as in Dynasor-CoT's certainty check."""
 
@@ -31,8 +34,8 @@ class ProbeSpec:
     interval: int | None = None
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: on locks only."""
     min_confidence: float | None = None
-    """A probe answer counts only if every token of it had at least this probability (DEER's trial-answer
-    confidence); None: any answer counts."""
+    """A probe answer counts only if every token of it had at least this probability (a least-token variant of
+    DEER's trial-answer confidence); None: any answer counts."""
     lenient_after: int | None = None
     """Probes started at or after this reasoning step skip the confidence test: reasoning that long is a ramble
     whose answer a full run leaves to chance anyway; None: the test always applies."""
@@ -69,6 +72,12 @@ def line_confidence(texts: Sequence[str], probs: Sequence[float]) -> float | Non
         if "\n" in text:
             break
     return min(kept, default=None)
+
+
+@functools.cache
+def _warn_unmeasured() -> None:
+    _log.warning("a probe answer came without its token probabilities, so under probe.min_confidence it confirms "
+                 "nothing (before probe.lenient_after); use a backend that reports them or set min_confidence=None")
 
 
 Prober = Callable[[list[int]], None]
@@ -116,6 +125,8 @@ class ProbeState:
         floor, lenient = self.spec.min_confidence, self.spec.lenient_after
         if floor is None or (lenient is not None and record.step >= lenient):
             return False
+        if record.confidence is None and record.answer:
+            _warn_unmeasured()
         return record.confidence is None or record.confidence < floor
 
     def answered(self, text: str, tokens: int, confidence: float | None = None) -> bool:

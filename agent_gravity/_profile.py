@@ -27,11 +27,13 @@ class Calibration(BaseModel):
     candidate: str | None
     """The chosen grid candidate; None when none met the bound (the shipped defaults are kept)."""
     bound: float | None
-    """Upper confidence bound (level 1 - delta) on the chosen candidate's expected answer loss."""
+    """The chosen candidate's Clopper-Pearson bound at level 1 - delta, computed before the choice among the
+    candidates that passed: evidence, while the certified claim is ``loss <= epsilon``."""
     loss: float | None
     """The chosen candidate's answer loss on the calibration set."""
     reasoning_saved: float | None
     items: int = Field(ge=1)
+    """Calibration items (each question in up to two wordings, counted once by the test)."""
     families: list[str]
     guarantee: str
     when: str

@@ -41,7 +41,7 @@ def upper_bound(losses: int, n: int, delta: float) -> float:
     """The one-sided Clopper-Pearson upper bound: expected loss <= this with probability >= 1 - delta."""
     if n == 0:
         return 1.0
-    lo, hi = losses / n, 1.0
+    lo, hi = 0.0, 1.0
     for _ in range(60):  # bisection to float precision; the tail falls as p grows
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if binomial_cdf(losses, n, mid) > delta else (lo, mid)

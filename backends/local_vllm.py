@@ -286,12 +286,16 @@ class _Run:
                                   params, answered)
 
     def _confidence(self, completion: Any) -> float | None:
-        """The lowest probability among a probe's first-line tokens, from the sampled tokens' log-probabilities."""
+        """The lowest probability among a probe's first-line tokens (end of sequence aside), from the sampled
+        tokens' log-probabilities; None when they are missing."""
         steps = completion.logprobs or []
-        probs = [math.exp(step[t].logprob) for t, step in zip(completion.token_ids, steps) if t in step]
-        if len(probs) != len(completion.token_ids):
+        eos = self.backend.eos_ids
+        pairs = [(t, step) for t, step in zip(completion.token_ids, steps, strict=False) if t not in eos]
+        if len(steps) != len(completion.token_ids) or any(t not in step for t, step in pairs):
             return None
-        return line_confidence([self.backend.token_texts[t] for t in completion.token_ids], probs)
+        texts = self.backend.token_texts
+        return line_confidence([texts[t] if t < len(texts) else "" for t, _ in pairs],
+                               [math.exp(step[t].logprob) for t, step in pairs])
 
     def take(self, item: Any) -> list[StreamItem]:
         if isinstance(item, BaseException):

@@ -32,6 +32,8 @@ def test_a_bad_loop_or_probe_setting_is_refused():
         candidates(GravityConfig(), (Candidate("a"), Candidate("b", 0.0)))
     with pytest.raises(ValidationError, match="min_confidence"):
         ProbeConfig(min_confidence=1.5)
+    with pytest.raises(ValidationError, match="min_confidnce"):
+        candidates(GravityConfig(), (Candidate("typo", 1.0, {"min_confidnce": 0.5}),))
 
 
 def test_unknown_field_is_refused():

@@ -3,7 +3,15 @@
 import pytest
 
 from agent_gravity import ChatGravity, GravityConfig
-from agent_gravity._calibrate import DEFAULT_CANDIDATE, GRID, Candidate, calibration_record, candidates, scaled
+from agent_gravity._calibrate import (
+    DEFAULT_CANDIDATE,
+    GRID,
+    Candidate,
+    calibrate,
+    calibration_record,
+    candidates,
+    scaled,
+)
 from agent_gravity._profile import GravityProfile, load_profile, profile_path, save_profile
 from agent_gravity._risk import learn_then_test
 from agent_gravity.bench.tasks import Task
@@ -74,3 +82,9 @@ def test_a_profile_says_when_no_candidate_met_the_bound(profiles):
     calibration = calibration_record(learn_then_test([("a", [0] * 10, 0.5)], 0.05, 0.1), tasks)
     assert not calibration.bound_met and calibration.candidate is None and calibration.bound is None
     assert "shipped defaults are kept" in calibration.guarantee
+
+
+def test_calibration_refuses_a_set_too_small_to_certify_anything_before_running_the_model():
+    twins = [Task(f"t{i}", "fam", f"q{i // 2}", "1", "number", f"p{i // 2}") for i in range(60)]
+    with pytest.raises(ValueError, match="30 calibration questions cannot certify epsilon=0.05 at delta=0.1"):
+        calibrate(None, twins, 0.05, 0.1)

@@ -320,38 +320,54 @@ FAMILIES: dict[str, tuple[Twins, ...]] = {
 }
 
 
-def _draw_twins(r: random.Random, templates: tuple[Twins, ...], seen: set[str]) -> tuple[str, str, object]:
+def _draw_twins(r: random.Random, templates: tuple[Twins, ...], seen: set[str],
+                avoid: frozenset[str] = frozenset()) -> tuple[str, str, object, tuple[str, ...]]:
+    """Two wordings of a question not drawn before, none of whose wordings is in ``avoid``; and all its wordings."""
     for _ in range(1000):
         wordings, answer = r.choice(templates)(r)
         first, second = r.sample(wordings, 2)
-        if first not in seen and second not in seen:
+        if first not in seen and second not in seen and avoid.isdisjoint(wordings):
             seen.update((first, second))
-            return first, second, answer
+            return first, second, answer, wordings
     raise RuntimeError("templates exhausted: too many pairs asked of one family")
 
 
-def _generate_family(family: str, seed: int, n_pairs: int) -> list[Task]:
-    r, seen, tasks = random.Random(f"{seed}:{family}"), set[str](), []
+def _generate_family(family: str, seed: int, n_pairs: int,
+                     avoid: frozenset[str] = frozenset()) -> tuple[list[Task], set[str]]:
+    """A family's twins, and every wording of every question drawn (the two asked and the others)."""
+    r, seen, tasks, wordings = random.Random(f"{seed}:{family}"), set[str](), [], set[str]()
     for p in range(n_pairs):
-        *questions, answer = _draw_twins(r, FAMILIES[family], seen)
-        for question in questions:
+        first, second, answer, all_wordings = _draw_twins(r, FAMILIES[family], seen, avoid)
+        wordings.update(all_wordings)
+        for question in (first, second):
             tasks.append(Task(f"{family}-{len(tasks):04d}", family, question, None if answer is None else str(answer),
                               scoring_of(answer), pair=f"{family}-p{p:04d}"))
-    return tasks
+    return tasks, wordings
 
 
-def generate_families(seed: int = 11, per_family: int = 60, families: Sequence[str] | None = None) -> list[Task]:
-    """``per_family`` items of each family (all by default, in ``FAMILIES`` order): twins, one after the other.
-
-    Each family draws from its own generator seeded by ``seed`` and its name, so its items do not depend on
-    which other families are asked for.
-    """
+def _chosen(per_family: int, families: Sequence[str] | None) -> list[str]:
     if per_family < 0 or per_family % 2:
         raise ValueError(f"per_family must be an even number >= 0 (items come in twin pairs), got {per_family}")
     chosen = list(FAMILIES) if families is None else list(families)
     if unknown := [f for f in chosen if f not in FAMILIES]:
         raise ValueError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
-    return [t for family in FAMILIES if family in chosen for t in _generate_family(family, seed, per_family // 2)]
+    return [f for f in FAMILIES if f in chosen]
+
+
+def generate_families(seed: int = 11, per_family: int = 60, families: Sequence[str] | None = None,
+                      avoid: frozenset[str] = frozenset()) -> list[Task]:
+    """``per_family`` items of each family (all by default, in ``FAMILIES`` order): twins, one after the other.
+
+    Each family draws from its own generator seeded by ``seed`` and its name, so its items do not depend on
+    which other families are asked for. A question any of whose wordings is in ``avoid`` is never drawn.
+    """
+    return [t for f in _chosen(per_family, families) for t in _generate_family(f, seed, per_family // 2, avoid)[0]]
+
+
+def benchmark_wordings(seed: int = 11, per_family: int = 60) -> frozenset[str]:
+    """Every wording of every question of a generation (by default the shipped benchmark's), asked or not: what a
+    calibration set must avoid to share no question with the benchmark, whatever its wording."""
+    return frozenset(w for f in FAMILIES for w in _generate_family(f, seed, per_family // 2)[1])
 
 
 def load_families(path: Path | None = None) -> list[Task]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -176,7 +175,7 @@ def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[
 
 
 def summarize(tasks: Sequence[Task], full: list[ItemResult], results: list[ItemResult],
-              wall: float, references: dict[str, ItemResult] | None = None) -> dict[str, Any]:
+              wall: float | None, references: dict[str, ItemResult] | None = None) -> dict[str, Any]:
     """Per-method figures with 95% intervals, preservation measured against the full run.
 
     With ``references`` (longer-budget runs of the items the full run capped, by id) the answers kept are also
@@ -245,19 +244,32 @@ class Answers:
         return [int(answer_lost(self.tasks[i], self.full[i], self.runs[method][i],
                                 self.references.get(self.tasks[i].id))) for i in idx]
 
+    def question_losses(self, method: str, idx: Sequence[int]) -> list[int]:
+        """One 0/1 loss per question: 1 when ``method`` lost the answer to any of its wordings among ``idx``.
+
+        Two wordings of one question are not independent draws, so risk control counts questions, and a
+        question's loss is the worst of its wordings': its mean is an upper bound on the per-item loss.
+        """
+        worst: dict[str, int] = {}
+        for i, lost in zip(idx, self.losses(method, idx), strict=True):
+            key = self.tasks[i].pair or self.tasks[i].id
+            worst[key] = max(worst.get(key, 0), lost)
+        return list(worst.values())
+
     def saving(self, method: str, idx: Sequence[int]) -> float:
         """Share of the full run's reasoning tokens ``method`` saved on ``idx``."""
         full = sum(self.full[i].reasoning_tokens for i in idx)
         return 1 - sum(self.runs[method][i].reasoning_tokens for i in idx) / full if full else 0.0
 
     def summary(self, method: str, idx: Sequence[int]) -> dict[str, Any]:
-        """:func:`savings.summarize` of ``method`` on ``idx`` (wall time is not split by item)."""
-        pick = lambda rows: [rows[i] for i in idx]  # noqa: E731
-        return summarize(pick(self.tasks), pick(self.full), pick(self.runs[method]), math.nan, self.references)
+        """:func:`summarize` of ``method`` on ``idx``; wall time is not split by item, so it is None."""
+        tasks, full, runs = ([rows[i] for i in idx] for rows in (self.tasks, self.full, self.runs[method]))
+        return summarize(tasks, full, runs, None, self.references)
 
     def select(self, candidates: Sequence[str], idx: Sequence[int], epsilon: float, delta: float) -> Selection:
-        """Learn-then-Test over ``candidates`` (most conservative first) on the items ``idx``."""
-        return learn_then_test([(c, self.losses(c, idx), self.saving(c, idx)) for c in candidates], epsilon, delta)
+        """Learn-then-Test over ``candidates`` (most conservative first) on the questions of the items ``idx``."""
+        return learn_then_test([(c, self.question_losses(c, idx), self.saving(c, idx)) for c in candidates],
+                               epsilon, delta)
 
 
 def goal(methods: dict[str, dict[str, Any]]) -> dict[str, Any]:

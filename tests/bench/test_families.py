@@ -235,3 +235,15 @@ def test_pair_round_trips_and_is_omitted_when_absent(tmp_path):
         path.write_text(bad + "\n")
         with pytest.raises(ValueError, match="line 1"):
             load_tasks(path)
+
+
+def test_a_calibration_set_shares_no_question_with_the_benchmark_in_any_wording():
+    from agent_gravity.bench.families import benchmark_wordings
+
+    avoid = benchmark_wordings()
+    shipped = load_families()
+    assert {t.question for t in shipped} <= avoid and len(avoid) > len(shipped), "unasked wordings count too"
+    calibration = generate_families(12, 20, avoid=avoid)
+    assert len(calibration) == 140 and not {t.question for t in calibration} & avoid
+    plain = generate_families(12, 20)
+    assert {t.question for t in plain} & avoid, "without avoid, seed 12 repeats some benchmark questions"
