@@ -57,8 +57,8 @@ class ProbeConfig(BaseModel):
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: locks only."""
     min_confidence: float | None = Field(0.8, gt=0.0, le=1.0)
     """A probe answer confirms only if each of its tokens had at least this probability (a least-token variant of
-    DEER's trial-answer confidence); None: any settled answer confirms. Unsure probes agreeing on a half-computed value were what lost
-    answers on questions worded unlike the tuning set."""
+    DEER's trial-answer confidence); None: any settled answer confirms. Unsure probes agreeing on a half-computed
+    value were what lost answers on questions worded unlike the tuning set."""
     lenient_after: int | None = Field(96, ge=1)
     """Probes from this reasoning step on skip the confidence test: a reasoning that long is a ramble whose
     answer a full run leaves to chance (the embedded model closed every reasoning it finished by itself on the
