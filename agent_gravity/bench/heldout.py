@@ -189,6 +189,11 @@ def table(report: dict[str, Any]) -> str:
         saved = [r["compared"][name]["reasoning_saved"]["value"] for r in split["families"]]
         lines.append(f"{name:<12} worst kept {100 * np.nanmin(kept):.1f}%, mean kept {100 * np.nanmean(kept):.1f}%, "
                      f"worst saved {100 * np.nanmin(saved):.1f}%, mean saved {100 * np.nanmean(saved):.1f}%")
+    d = report["methods"].get(DEFAULT)
+    if d is not None and "lost_by_reason" in d:
+        lines.append(f"why {DEFAULT} lost answers: by exit {d['lost_by_reason']}, at "
+                     f"{interval(d['lost_exit_position'], 100, 0)}% of the full run's reasoning, least probe "
+                     f"confidence {interval(d['lost_confidence'], 1, 2)}")
     p = report.get("paraphrase", {})
     if p.get("pairs"):
         lines.append(f"paraphrases ({p['method']}): of {p['pairs']} questions with an early exit, "

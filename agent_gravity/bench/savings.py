@@ -163,7 +163,13 @@ def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[
     graded_capped = [i for i in capped if tasks[i].answer is not None]
     judged = [i for i in capped if tasks[i].id in references and not references[tasks[i].id].capped]
     lost = [answer_lost(tasks[i], full[i], results[i], references.get(tasks[i].id)) for i in range(len(tasks))]
+    where = [results[i].reasoning_tokens / max(1, full[i].reasoning_tokens) for i in range(len(tasks)) if lost[i]]
     return {
+        "lost_by_reason": dict(Counter(results[i].reason or "none" for i in range(len(tasks)) if lost[i])),
+        "lost_exit_position": _stats.mean_ci(where),
+        "lost_confidence": _stats.mean_ci([min(c for c in results[i].probe_confidence if c is not None)
+                                           for i in range(len(tasks)) if lost[i]
+                                           and any(c is not None for c in results[i].probe_confidence)]),
         "kept_settled": _stats.wilson(sum(agrees(tasks[i], full[i].answer, results[i].answer) for i in settled),
                                       len(settled)),
         "capped_accuracy_change": _stats.difference_ci([float(full[i].correct) for i in graded_capped],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -128,12 +129,16 @@ def test_risk_control_counts_questions_not_wordings():
     assert answers.select(["m"], range(8), 0.5, 0.5).test("m").n == 4
 
 
-def test_the_split_table_names_every_family_the_worst_and_the_verdict():
-    report = {"model": "m", "split": heldout.leave_one_family_out(_answers("gamma"), ["safe", "bold"], "safe",
-                                                                   0.05, 0.1, ["safe"]),
-              "paraphrase": {"method": "safe", "pairs": 0}}
+def test_the_split_table_names_every_family_the_worst_why_answers_were_lost_and_the_verdict():
+    bold = _answers("gamma").runs["bold"]
+    lossy = [dataclasses.replace(r, reason="gravity", terminated_early=True, probe_confidence=(0.3, 0.5))
+             if r.answer == "5" else r for r in bold]
+    runs = {"full": FULL, "default": lossy, "dynasor": FULL, "vllm_budget": FULL}
+    report = heldout.analyse(heldout.Experiment("m", Answers(TASKS, FULL, {}, runs), {}, 10, 8, {}), ["default"],
+                             0.05, 0.1)
     text = heldout.table(report)
     assert all(f in text for f in FAMILIES) and "worst family" in text and "goal: not met" in text
+    assert "why default lost answers: by exit {'gravity': 20}" in text and "least probe confidence 0.30" in text
     assert not math.isnan(report["split"]["mean"]["reasoning_saved"])
 
 
