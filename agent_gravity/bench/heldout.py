@@ -195,7 +195,9 @@ def table(report: dict[str, Any]) -> str:
                      f"{interval(d['lost_exit_position'], 100, 0)}% of the full run's reasoning, least probe "
                      f"confidence {interval(d['lost_confidence'], 1, 2)}")
     p = report.get("paraphrase", {})
-    if p.get("pairs"):
+    if p and not p.get("pairs"):
+        lines.append(f"paraphrases ({p['method']}): no question had an early exit in either wording")
+    elif p:
         lines.append(f"paraphrases ({p['method']}): of {p['pairs']} questions with an early exit, "
                      f"{p['discordant_pairs']} keep the answer in one wording and lose it in the other "
                      f"({100 * p['discordant']:.1f}%; random pairs of the same family: {100 * p['chance']:.1f}%, "
