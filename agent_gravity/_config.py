@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent_gravity._probe import ProbeSpec
+from agent_gravity._limits import MAX_NATS, MAX_TEXT, MAX_TOKENS, MAX_WINDOW, bounded
+from agent_gravity._probe import PROBE_LIMITS, ProbeSpec
 from agent_gravity.policies import policy_from_spec
 
 
@@ -18,9 +19,9 @@ class ReasoningFormat(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    start: str = "<think>\n"
-    end: str = Field("</think>", min_length=1)
-    answer_prefix: str = "\nAnswer:"
+    start: str = Field("<think>\n", max_length=MAX_TEXT)
+    end: str = Field("</think>", min_length=1, max_length=MAX_TEXT)
+    answer_prefix: str = Field("\nAnswer:", max_length=MAX_TEXT)
     scaffold: bool = True
     """Teach the format with an instruction and a one-shot example (for models with no native one)."""
     prefill_start: bool = True
@@ -45,21 +46,21 @@ class ProbeConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    agree: int = Field(2, ge=1)
+    agree: int = Field(2, ge=1, le=PROBE_LIMITS["agree"])
     """Consecutive probe answers that must agree."""
-    tokens: int = Field(10, ge=1)
+    tokens: int = Field(10, ge=1, le=PROBE_LIMITS["tokens"])
     """Tokens each probe may write; it stops at the end of the answer's first line."""
-    gap: int = Field(8, ge=1)
+    gap: int = Field(8, ge=1, le=PROBE_LIMITS["gap"])
     """Reasoning tokens between two probes."""
-    max_probes: int = Field(12, ge=1)
+    max_probes: int = Field(12, ge=1, le=PROBE_LIMITS["max_probes"])
     """Probes per call: enough that, in a ramble, probing goes on until ``lenient_after``."""
-    interval: int | None = Field(32, ge=1)
+    interval: int | None = Field(32, ge=1, le=PROBE_LIMITS["interval"])
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: locks only."""
     min_confidence: float | None = Field(0.8, gt=0.0, le=1.0)
     """A probe answer confirms only if each of its tokens had at least this probability (a least-token variant of
     DEER's trial-answer confidence); None: any settled answer confirms. Unsure probes agreeing on a half-computed
     value were what lost answers on questions worded unlike the tuning set."""
-    lenient_after: int | None = Field(96, ge=1)
+    lenient_after: int | None = Field(96, ge=1, le=PROBE_LIMITS["lenient_after"])
     """Probes from this reasoning step on skip the confidence test: a reasoning that long is a ramble whose
     answer a full run leaves to chance (the embedded model closed every reasoning it finished by itself on the
     calibration families before step 90); None: never."""
@@ -94,18 +95,10 @@ class GravityConfig(BaseModel):
     excluded_tasks: frozenset[str] = RISKY_TASKS
     """Task types (the ``task`` call option) that never end early: the trace is still recorded."""
 
-    @field_validator("max_reasoning_tokens", "max_answer_tokens")
+    @field_validator("min_tokens", "max_reasoning_tokens", "max_answer_tokens")
     @classmethod
-    def _positive(cls, value: int, info: Any) -> int:
-        if value < 1:
-            raise ValueError(f"{info.field_name} must be a positive number of tokens, got {value}")
-        return value
-
-    @field_validator("min_tokens")
-    @classmethod
-    def _not_negative(cls, value: int) -> int:
-        if value < 0:
-            raise ValueError(f"min_tokens must be 0 or more, got {value}")
+    def _token_count(cls, value: int, info: Any) -> int:
+        bounded(info.field_name, value, 0 if info.field_name == "min_tokens" else 1, MAX_TOKENS)
         return value
 
     @field_validator("policy", "loop")
@@ -153,17 +146,17 @@ class KVConfig(BaseModel):
 
     policy: dict[str, Any] = Field(default_factory=lambda: {"name": "head_entropy"})
     """A trim policy spec: ``head_entropy``, ``snapkv`` or ``streaming_llm`` with their parameters."""
-    ratio: float = Field(4.0, ge=1.0, allow_inf_nan=False)
-    sinks: int = Field(4, ge=0)
-    window: int = Field(32, ge=1)
-    trim_above: int = Field(1024, ge=1)
-    quantize_below: float | None = Field(0.5, gt=0, allow_inf_nan=False)
+    ratio: float = Field(4.0, ge=1.0, le=MAX_TOKENS, allow_inf_nan=False)
+    sinks: int = Field(4, ge=0, le=MAX_WINDOW)
+    window: int = Field(32, ge=1, le=MAX_TOKENS)
+    trim_above: int = Field(1024, ge=1, le=MAX_TOKENS)
+    quantize_below: float | None = Field(0.5, gt=0, le=MAX_NATS, allow_inf_nan=False)
     """Entropy (nats) under which a stretch is a gravity zone, stored in 8 bits; None keeps every entry at full
     precision."""
-    zone_patience: int = Field(8, ge=1)
+    zone_patience: int = Field(8, ge=1, le=MAX_TOKENS)
     trim: bool = True
     """Trim session caches; False on a backend without them (vLLM), where only compaction applies."""
-    compact_tool_outputs: int | None = Field(None, ge=0)
+    compact_tool_outputs: int | None = Field(None, ge=0, le=MAX_TOKENS)
     """Collapse every tool output but the last N to its facts before a call (any backend); None keeps them."""
 
     @field_validator("policy")

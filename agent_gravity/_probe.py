@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from agent_gravity._limits import MAX_PROBE_TOKENS, MAX_PROBES, MAX_TOKENS, bounded
 from agent_gravity.policies import Lock
 
 _log = logging.getLogger(__name__)
@@ -41,15 +42,17 @@ class ProbeSpec:
     whose answer a full run leaves to chance anyway; None: the test always applies."""
 
     def __post_init__(self) -> None:
-        for name in ("agree", "tokens", "gap", "max_probes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"probe.{name} must be >= 1, got {getattr(self, name)}")
-        if self.interval is not None and self.interval < 1:
-            raise ValueError(f"probe.interval must be >= 1 or None, got {self.interval}")
-        if self.min_confidence is not None and not 0.0 < self.min_confidence <= 1.0:
-            raise ValueError(f"probe.min_confidence must be in (0, 1] or None, got {self.min_confidence}")
-        if self.lenient_after is not None and self.lenient_after < 1:
-            raise ValueError(f"probe.lenient_after must be >= 1 or None, got {self.lenient_after}")
+        for name, high in PROBE_LIMITS.items():
+            if (value := getattr(self, name)) is not None or name not in _OPTIONAL:
+                bounded(f"probe.{name}", value, 1, high)
+        if self.min_confidence is not None:
+            bounded("probe.min_confidence", self.min_confidence, 0, 1, above=True)
+
+
+PROBE_LIMITS = {"agree": MAX_PROBES, "tokens": MAX_PROBE_TOKENS, "gap": MAX_TOKENS, "max_probes": MAX_PROBES,
+                "interval": MAX_TOKENS, "lenient_after": MAX_TOKENS}
+"""The upper bound of each count in a probe spec (each is at least 1)."""
+_OPTIONAL = frozenset({"interval", "lenient_after"})
 
 
 def answer_key(text: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from agent_gravity._limits import MAX_IDS, MAX_MARKER_IDS, MAX_TEXT, MAX_TOKENS, bounded
 from agent_gravity._probe import Prober, ProbeSpec, ProbeState
 from agent_gravity.policies import GravityPolicy, Lock, Observation, policy_from_spec
 
@@ -70,16 +71,17 @@ class SteeringSpec:
         """Parse and validate; raises ValueError naming the bad field."""
         try:
             spec = cls(
-                key=str(data["key"]),
-                eos_ids=tuple(int(i) for i in data["eos_ids"]),
+                key=_text("key", data["key"]),
+                eos_ids=_ids("eos_ids", data["eos_ids"], MAX_MARKER_IDS),
                 policy=_policy(data.get("policy")),
                 loop=_policy(data.get("loop")),
                 probe=None if data.get("probe") is None else ProbeSpec(**data["probe"]),
-                min_tokens=int(data.get("min_tokens", 0)),
+                min_tokens=_count("min_tokens", data.get("min_tokens", 0)),
                 reasoning=_reasoning(data.get("reasoning")),
-                brackets=tuple((int(i), int(d)) for i, d in data.get("brackets", ())),
+                brackets=tuple((int(i), int(d)) for i, d in _bounded_list("brackets", data.get("brackets", ()),
+                                                                          MAX_IDS)),
                 structured=bool(data.get("structured", False)),
-                guard_ids=tuple(int(i) for i in data.get("guard_ids", ())),
+                guard_ids=_ids("guard_ids", data.get("guard_ids", ()), MAX_IDS),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"invalid {EXTRA_ARGS_KEY} settings: {exc!r}") from exc
@@ -103,10 +105,31 @@ def _reasoning(data: Any) -> ReasoningIds | None:
     if data is None:
         return None
     return ReasoningIds(
-        **{name: tuple(int(i) for i in data[name])
+        **{name: _ids(f"reasoning.{name}", data[name], MAX_MARKER_IDS)
            for name in ("end_ids", "end_start_ids", "answer_prefix_ids", "line_break_ids", "newline_ids")},
-        max_reasoning_tokens=int(data["max_reasoning_tokens"]),
+        max_reasoning_tokens=_count("reasoning.max_reasoning_tokens", data["max_reasoning_tokens"]),
     )
+
+
+def _bounded_list(name: str, data: Any, most: int) -> list[Any]:
+    if not isinstance(data, list | tuple) or len(data) > most:
+        raise ValueError(f"{name} must be a list of at most {most} items")
+    return list(data)
+
+
+def _ids(name: str, data: Any, most: int) -> tuple[int, ...]:
+    return tuple(int(i) for i in _bounded_list(name, data, most))
+
+
+def _count(name: str, value: Any) -> int:
+    bounded(name, value, 0, MAX_TOKENS)
+    return int(value)
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ValueError(f"{name} must be a string of at most {MAX_TEXT} characters")
+    return value
 
 
 class Phase(Enum):

@@ -28,7 +28,7 @@ def test_auto_format_uses_a_native_think_vocabulary_and_scaffolds_otherwise():
 def test_unknown_call_options_are_refused_before_any_engine_starts():
     with pytest.raises(InvalidCallOptionError, match=r"unsupported call options \['max_tokenz'\]"):
         ChatGravity()._prepare([], None, {"max_tokenz": 3})
-    with pytest.raises(ValidationError, match="max_answer_tokens must be a positive number"):
+    with pytest.raises(ValidationError, match="max_answer_tokens must be a number from 1"):
         ChatGravity()._prepare([], None, {"gravity": {"max_answer_tokens": 0}})
     with pytest.raises(ValidationError, match="temperature"):
         ChatGravity()._prepare([], None, {"temperature": -1})

@@ -127,7 +127,7 @@ def test_spec_round_trips_through_plain_data_and_rejects_bad_data():
     with pytest.raises(ValueError, match="invalid agent_gravity settings"):
         SteeringSpec.from_dict({"key": "k"})
     bad_policy = dict(spec.to_dict(), policy={"name": "window_mean", "window": 0})
-    with pytest.raises(ValueError, match="window must be >= 1"):
+    with pytest.raises(ValueError, match="window must be a number from 1"):
         SteeringSpec.from_dict(bad_policy)
 
 

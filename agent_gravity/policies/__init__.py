@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_gravity._limits import limit_policies
 from agent_gravity._spec import from_spec
 from agent_gravity.policies.all_of import AllOfPolicy
 from agent_gravity.policies.any_of import AnyOfPolicy
@@ -19,6 +20,7 @@ POLICIES: dict[str, type] = {cls.name: cls for cls in (
 
 def policy_from_spec(spec: dict[str, Any]) -> GravityPolicy:
     """Build a fresh policy from ``{"name": ..., **parameters}``; ValueError says what to fix."""
+    limit_policies(spec)
     return from_spec(POLICIES, spec, "gravity policy", "{'name': 'window_mean', 'threshold': 0.5}")
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from agent_gravity._limits import MAX_TOKENS, bounded
 from agent_gravity.policies._children import build_children, merged
-from agent_gravity.policies.base import GravityPolicy, Lock, Observation, check
+from agent_gravity.policies.base import GravityPolicy, Lock, Observation
 
 
 @dataclass
@@ -25,7 +26,7 @@ class AllOfPolicy:
 
     def __post_init__(self) -> None:
         self._children = build_children(self.policies, self.name)
-        check(self.within >= 0, f"within must be >= 0 tokens, got {self.within}")
+        bounded("within", self.within, 0, MAX_TOKENS)
         self._last = [None] * len(self._children)
 
     def observe(self, obs: Observation) -> Lock | None:

@@ -7,7 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from agent_gravity.policies.base import Lock, Observation, check
+from agent_gravity._limits import MAX_NATS, MAX_TOKENS, MAX_WINDOW, bounded
+from agent_gravity.policies.base import Lock, Observation
 
 
 @dataclass
@@ -31,11 +32,11 @@ class CusumPolicy:
     _statistic: float = field(init=False, default=0.0, repr=False)
 
     def __post_init__(self) -> None:
-        check(self.warmup >= 1, f"warmup must be >= 1, got {self.warmup}")
-        check(self.drift >= 0, f"drift must be >= 0 nats, got {self.drift}")
-        check(self.decision > 0, f"decision must be above 0, got {self.decision}")
-        check(self.ceiling > 0, f"ceiling must be above 0 nats, got {self.ceiling}")
-        check(self.window >= 1, f"window must be >= 1, got {self.window}")
+        bounded("warmup", self.warmup, 1, MAX_WINDOW)
+        bounded("drift", self.drift, 0, MAX_NATS)
+        bounded("decision", self.decision, 0, MAX_NATS * MAX_TOKENS, above=True)
+        bounded("ceiling", self.ceiling, 0, MAX_NATS, above=True)
+        bounded("window", self.window, 1, MAX_WINDOW)
         self._recent = deque(maxlen=self.window)
 
     def observe(self, obs: Observation) -> Lock | None:

@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from agent_gravity.policies.base import Lock, Observation, check
+from agent_gravity._limits import MAX_NATS, MAX_TOKENS, bounded
+from agent_gravity.policies.base import Lock, Observation
 
 
 @dataclass
@@ -28,10 +29,10 @@ class EwmaPolicy:
     _seen: int = field(init=False, default=0, repr=False)
 
     def __post_init__(self) -> None:
-        check(0 < self.alpha <= 1, f"alpha must be in (0, 1], got {self.alpha}")
-        check(self.threshold > 0, f"threshold must be above 0 nats, got {self.threshold}")
-        check(self.varentropy_threshold > 0, f"varentropy_threshold must be above 0, got {self.varentropy_threshold}")
-        check(self.warmup >= 1, f"warmup must be >= 1, got {self.warmup}")
+        bounded("alpha", self.alpha, 0, 1, above=True)
+        bounded("threshold", self.threshold, 0, MAX_NATS, above=True)
+        bounded("varentropy_threshold", self.varentropy_threshold, 0, MAX_NATS ** 2, above=True)
+        bounded("warmup", self.warmup, 1, MAX_TOKENS)
 
     def observe(self, obs: Observation) -> Lock | None:
         if not math.isfinite(obs.entropy):

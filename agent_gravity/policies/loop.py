@@ -8,7 +8,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from agent_gravity.policies.base import Lock, Observation, check
+from agent_gravity._limits import MAX_NATS, MAX_PERIOD, MAX_REPEATS, MAX_TOKENS, bounded
+from agent_gravity.policies.base import Lock, Observation
 
 
 @dataclass
@@ -31,10 +32,10 @@ class LoopPolicy:
     _runs: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check(self.repeats >= 2, f"repeats must be >= 2, got {self.repeats}")
-        check(self.max_period >= 1, f"max_period must be >= 1, got {self.max_period}")
-        check(self.min_span >= 2, f"min_span must be >= 2, got {self.min_span}")
-        check(self.threshold > 0, f"threshold must be above 0 nats, got {self.threshold}")
+        bounded("repeats", self.repeats, 2, MAX_REPEATS)
+        bounded("max_period", self.max_period, 1, MAX_PERIOD)
+        bounded("min_span", self.min_span, 2, MAX_TOKENS)
+        bounded("threshold", self.threshold, 0, MAX_NATS, above=True)
         span = self.max_period * self.repeats
         self._tokens, self._entropy = deque(maxlen=span + 1), deque(maxlen=span + 1)
         self._runs = [0] * (self.max_period + 1)

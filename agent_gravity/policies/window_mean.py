@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from agent_gravity._limits import MAX_NATS, MAX_TOKENS, MAX_WINDOW, bounded
 from agent_gravity.policies.base import Lock, Observation, check
 
 
@@ -29,11 +30,12 @@ class WindowMeanPolicy:
     _locked: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
-        check(self.window >= 1, f"window must be >= 1, got {self.window}")
-        check(self.threshold > 0, f"threshold must be above 0 nats, got {self.threshold}")
-        check(self.patience >= 1, f"patience must be >= 1, got {self.patience}")
+        bounded("window", self.window, 1, MAX_WINDOW)
+        bounded("threshold", self.threshold, 0, MAX_NATS, above=True)
+        bounded("patience", self.patience, 1, MAX_TOKENS)
         if self.release is None:
             self.release = 1.5 * self.threshold
+        bounded("release", self.release, 0, 1.5 * MAX_NATS)
         check(self.release >= self.threshold, f"release ({self.release}) must be >= threshold ({self.threshold})")
         self._recent = deque(maxlen=self.window)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agent_gravity._limits import MAX_POOL, bounded
 from agent_gravity.kernels import attention_entropy
 from agent_gravity.trim.base import Budget, LayerStretch, group_scores, pick
 
@@ -26,6 +27,11 @@ class HeadEntropyPolicy:
     """A rigid head keeps this share of its even budget; the rest goes to the dynamic heads."""
     pool: int = 7
     protect: bool = True
+
+    def __post_init__(self) -> None:
+        bounded("rigid_below", self.rigid_below, 0, 1)
+        bounded("rigid_share", self.rigid_share, 0, 1)
+        bounded("pool", self.pool, 1, MAX_POOL)
 
     def rigidity(self, stretch: LayerStretch) -> list[float]:
         """Mean normalised attention entropy of each KV head's query group over its stretch (0 rigid, 1 flat)."""

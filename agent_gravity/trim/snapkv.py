@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agent_gravity._limits import MAX_POOL, bounded
 from agent_gravity.trim.base import Budget, LayerStretch, group_scores, pick
 
 
@@ -17,6 +18,9 @@ class SnapKVPolicy:
     name: str = "snapkv"
     pool: int = 7
     protect: bool = False
+
+    def __post_init__(self) -> None:
+        bounded("pool", self.pool, 1, MAX_POOL)
 
     def select(self, stretch: LayerStretch, budget: Budget) -> list[torch.Tensor]:
         protected = stretch.protected if self.protect else None

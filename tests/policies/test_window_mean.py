@@ -32,7 +32,7 @@ def test_hysteresis_holds_the_lock_until_the_mean_rises_past_release():
 
 
 def test_rejects_bad_parameters():
-    with pytest.raises(ValueError, match="window must be >= 1"):
+    with pytest.raises(ValueError, match="window must be a number from 1"):
         WindowMeanPolicy(window=0)
     with pytest.raises(ValueError, match="release"):
         WindowMeanPolicy(threshold=1.0, release=0.5)
