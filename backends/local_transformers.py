@@ -28,6 +28,7 @@ from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
 from agent_gravity.backends._ragged_cache import RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
+from agent_gravity.backends._sessions import KVSession, SessionStore
 from agent_gravity.backends._steered_rows import SteeredRows, Track
 from agent_gravity.backends.base import (
     GenerationDelta,
@@ -54,23 +55,6 @@ class TrimReport:
     entries_after: int
 
 
-@dataclass
-class KVSession:
-    """One conversation's KV cache and the token ids it holds, in order."""
-
-    cache: RaggedCache
-    ids: list[int]
-    intact_until: int | None = None
-    """Entries from here on are not all there (a turn's reasoning was dropped): reuse stops here."""
-    trimmed_until: int = 0
-    """Entries before this position were trimmed once already and are never trimmed again; a history that
-    changes before it cannot reuse the cache (what it needs may be gone)."""
-
-    def nbytes(self) -> int:
-        """Bytes the cache's tensors really hold."""
-        return self.cache.nbytes()
-
-
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two id sequences."""
     n = 0
@@ -90,6 +74,10 @@ class TransformersSettings:
     dtype: str = "float32"
     device: str = "cpu"
     seed: int = 0
+    max_sessions: int = 64
+    """Conversation caches kept at once; past it the least recently used is evicted (its memory freed)."""
+    max_session_bytes: int = 4 * 1024**3
+    """Bytes all conversation caches may hold together; past it the least recently used are evicted."""
 
     def check_model_dir(self) -> None:
         """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
@@ -131,7 +119,7 @@ class TransformersBackend(HFTokenizerMethods):
         self.eos_ids = tuple(sorted(i for i in eos if i is not None))
         self._lock = threading.Lock()
         self._rows = SteeredRows(1, self._device)
-        self.sessions: dict[str, KVSession] = {}
+        self.sessions = SessionStore(settings.max_sessions, settings.max_session_bytes)
 
     def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
         problem = _unsupported(request.sampling)
@@ -163,13 +151,8 @@ class TransformersBackend(HFTokenizerMethods):
         return RaggedCache(*self._shape)
 
     def session(self, session_id: str) -> KVSession:
-        """A conversation's session; SessionNotFoundError names the ones there are."""
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            known = ", ".join(sorted(self.sessions)) or "none yet"
-            raise SessionNotFoundError(f"no KV session {session_id!r}; sessions are made by calls with that "
-                                       f"conversation id (known: {known})") from None
+        """A conversation's session; SessionNotFoundError says why there is none (never made, or evicted)."""
+        return self.sessions[session_id]
 
     def trim(self, session_id: str, policy: TrimPolicy, ratio: float, sinks: int = 4, window: int = 32,
              protect: bool = True) -> TrimReport:
@@ -249,7 +232,6 @@ class TransformersBackend(HFTokenizerMethods):
     def end_session(self, session_id: str) -> None:
         """Forget a conversation's KV cache and free its memory."""
         with self._lock:
-            self.session(session_id)
             del self.sessions[session_id]
 
     def _attach(self, request: GenerationRequest) -> tuple[Any, int, str | None]:
@@ -258,7 +240,9 @@ class TransformersBackend(HFTokenizerMethods):
             return self.new_cache(), 0, None
         prompt, old = list(request.prompt_ids), self.sessions.get(request.session)
         if old is None:
-            return self._fresh(request.session), 0, None
+            why = self.sessions.evicted(request.session)
+            return self._fresh(request.session), 0, why and (
+                f"conversation {request.session!r} had its cache evicted ({why}); it started a new session")
         n = min(common_prefix(old.ids, prompt), len(prompt) - 1)  # the last prompt token is fed for its logits
         if n < old.trimmed_until:  # the history changed inside what was trimmed: the cache cannot be cut back
             return self._fresh(request.session), 0, (
@@ -347,6 +331,7 @@ class _Decode:
             start = len(self.request.prompt_ids)
             self.cache.drop(start, start + steering.answer_start)
             session.intact_until = start
+        self.backend.sessions.fit(keep=session_id)  # the cache grew by this call
         return SessionReport(session_id, self.reused, len(self.request.prompt_ids) - self.reused, session.nbytes(),
                              self.reset)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from agent_gravity.backends._sessions import SessionStore
 from agent_gravity.backends.local_transformers import common_prefix
 from langchain_core.messages import AIMessage, HumanMessage
 
@@ -103,3 +104,16 @@ def test_the_ragged_cache_gives_exactly_transformers_own_logits(transformers_bac
             ours = transformers_backend.forward(step, ragged)
             theirs = model(torch.tensor([step]), past_key_values=dynamic, use_cache=True).logits[0, -1].float()
             assert torch.equal(ours, theirs)
+
+
+def test_sessions_past_the_cap_are_evicted_least_recently_used_and_a_returning_one_hears_why(
+        transformers_backend, monkeypatch):
+    monkeypatch.setattr(transformers_backend, "sessions", SessionStore(max_sessions=2, max_bytes=2**40))
+    chat = ChatGravity(backend=transformers_backend, gravity=OFF, max_tokens=4)
+    for name in ("a", "b", "a", "c"):  # "a" was used again after "b", so "b" is the least recently used
+        chat.invoke("Name a colour.", conversation_id=name)
+    assert sorted(transformers_backend.sessions) == ["a", "c"]
+    back = chat.invoke("Name a colour.", conversation_id="b").response_metadata["gravity"]["session"]
+    assert back["reused_tokens"] == 0 and "evicted" in back["reset"] and "max_sessions=2" in back["reset"]
+    with pytest.raises(SessionNotFoundError, match="evicted"):
+        transformers_backend.end_session("a")  # "b" came back, so "a" went next
