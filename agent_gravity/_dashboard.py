@@ -8,11 +8,9 @@ recorded where ``setup_tracing()`` finds it, so an agent started afterwards expo
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agent_gravity._errors import DashboardError
+from agent_gravity._processes import free_port, started_at, stop_group
 from agent_gravity.telemetry._export import dashboard_file, running_dashboard
 
 HOST = "127.0.0.1"
@@ -33,6 +32,8 @@ class Dashboard:
     """A running Phoenix server."""
 
     pid: int
+    started: float
+    """When the process started: with the pid, what tells it from a later process given the same pid."""
     url: str
     endpoint: str
     """The OTLP/HTTP base URL spans go to (``{endpoint}/v1/traces``)."""
@@ -50,12 +51,6 @@ def _free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def _ready(url: str) -> bool:
@@ -96,7 +91,7 @@ def start_dashboard(workdir: Path, port: int = 6006, timeout: float = 180.0) -> 
     workdir.mkdir(parents=True, exist_ok=True)
     log = workdir / "phoenix.log"
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(workdir), "PHOENIX_HOST": HOST, "PHOENIX_PORT": str(port),
-           "PHOENIX_GRPC_PORT": str(_free_port()), "PHOENIX_TELEMETRY_ENABLED": "false"}
+           "PHOENIX_GRPC_PORT": str(free_port(HOST)), "PHOENIX_TELEMETRY_ENABLED": "false"}
     with log.open("ab") as out:
         proc = subprocess.Popen([python, "-m", "phoenix.server.main", "serve"], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -111,29 +106,22 @@ def start_dashboard(workdir: Path, port: int = 6006, timeout: float = 180.0) -> 
             stop_dashboard(proc.pid)
             raise DashboardError(f"Phoenix did not answer on {url} within {timeout:.0f} s; see {log}")
         time.sleep(0.5)
-    return Dashboard(proc.pid, url, url, str(workdir), str(log))
+    return Dashboard(proc.pid, started_at(proc.pid), url, url, str(workdir), str(log))
 
 
 def stop_dashboard(pid: int, grace: float = 15.0) -> None:
     """Stop the Phoenix server ``pid`` (and its children): SIGTERM, then SIGKILL after ``grace`` seconds."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    return
-            os.kill(pid, 0)  # raises ProcessLookupError once it is gone
-            time.sleep(0.2)
-        os.killpg(pid, signal.SIGKILL)
+    stop_group(pid, grace)
 
 
 def run_dashboard(workdir: Path, port: int, detach: bool = False, stop: bool = False) -> int:
     """The ``agent-gravity dashboard`` command."""
     if stop:
         info = running_dashboard()
-        if info is None:
-            raise DashboardError("no dashboard started by agent-gravity is running")
+        if info is None:  # never started, gone, or its pid belongs to another program now: nothing to signal
+            dashboard_file().unlink(missing_ok=True)
+            raise DashboardError("no dashboard started by agent-gravity is running (a recorded process that ended, "
+                                 "or whose pid another program has now, is not signalled)")
         stop_dashboard(int(info["pid"]))
         dashboard_file().unlink(missing_ok=True)
         print(f"stopped the dashboard at {info['url']}")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from agent_gravity._errors import EngineError
+from agent_gravity._processes import free_port, stop_group
 
 WITHOUT_PLUGIN = Path(__file__).with_name("without_plugin")
 """On PYTHONPATH first, this folder hides our plugin from vLLM (see its sitecustomize)."""
@@ -43,12 +42,8 @@ class RunningServer:
     def stop(self) -> None:
         """Stop the server and every process it started (its engine and workers)."""
         if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+            stop_group(self.process.pid, grace=30)
+            self.process.wait(timeout=10)
 
 
 def metric(url: str, name: str) -> float:
@@ -56,13 +51,6 @@ def metric(url: str, name: str) -> float:
     ``url`` is the server's base URL."""
     text = httpx.get(url.removesuffix("/v1") + "/metrics").text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(spec: ServerSpec, log_dir: Path) -> RunningServer:

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from agent_gravity import __version__
+from agent_gravity._processes import is_running
 
 _log = logging.getLogger(__name__)
 ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -32,13 +33,13 @@ def dashboard_file() -> Path:
 
 
 def running_dashboard() -> dict[str, Any] | None:
-    """The dashboard ``agent-gravity dashboard`` started, when its process still runs."""
+    """The dashboard ``agent-gravity dashboard`` started, when that very process (pid and start time) still runs."""
     try:
         info = json.loads(dashboard_file().read_text())
-        os.kill(int(info["pid"]), 0)
+        alive = is_running(int(info["pid"]), float(info["started"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return info
+    return info if alive else None
 
 
 def setup_tracing(endpoint: str | None = None, *, metrics_export: bool | None = None,

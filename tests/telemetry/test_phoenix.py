@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 import urllib.request
 
@@ -14,9 +13,11 @@ from agent_gravity import setup_tracing
 from agent_gravity._cli import main
 from agent_gravity._dashboard import phoenix_python
 from agent_gravity._errors import DashboardError
+from agent_gravity._processes import free_port
 from agent_gravity.telemetry._export import running_dashboard
 from tests.conftest import PROVIDER
 from tests.telemetry.conftest import SIMPLE
+
 
 def _has_phoenix() -> bool:
     try:
@@ -30,12 +31,6 @@ pytestmark = [pytest.mark.engine,
               pytest.mark.skipif(not _has_phoenix(), reason="Arize Phoenix is not installed (make test builds "
                                  ".venv-dashboard with it)")]
 
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spans(url: str, expected: int, timeout: float = 60) -> list[dict]:
@@ -55,7 +50,7 @@ def test_an_agent_runs_spans_reach_a_real_phoenix_nested_and_with_their_attribut
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
-    port = _free_port()
+    port = free_port()
     assert main(["dashboard", "--detach", "--workdir", str(tmp_path / "phoenix"), "--port", str(port)]) == 0
     info = running_dashboard()
     try:
