@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 
 def spread(values: list[float]) -> dict[str, float]:
     """Median, quartiles and extremes of repeated measurements."""
@@ -17,6 +19,14 @@ def spread(values: list[float]) -> dict[str, float]:
     q = statistics.quantiles(ordered, n=4) if len(ordered) > 1 else [ordered[0]] * 3
     return {"median": statistics.median(ordered), "q1": q[0], "q3": q[2], "min": ordered[0], "max": ordered[-1],
             "n": len(ordered)}
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50, p90, p99 and max (nearest rank: numpy's ``inverted_cdf``); empty when there are no values."""
+    if not values:
+        return {}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99], method="inverted_cdf")
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(np.max(values))}
 
 
 def interval(figure: dict[str, float], scale: float = 1.0, digits: int = 1) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import statistics
 import threading
 import time
@@ -27,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from agent_gravity.bench._report import figure, write_json
+from agent_gravity.bench._report import figure, percentiles, write_json
 from agent_gravity.bench._stats import ratio_ci
 from agent_gravity.bench.overhead import PROMPTS
 
@@ -190,18 +189,6 @@ def summarize_load(timed: list[Timed], seconds: float, streams: int) -> dict[str
         "total_s": percentiles([t.total_s for t in ok if t.total_s is not None]),
         "per_request": [asdict(t) for t in timed],
     }
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    """p50, p90, p99 and max (nearest rank); empty when there are no values."""
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def rank(p: float) -> float:
-        return ordered[max(0, math.ceil(p * len(ordered) / 100) - 1)]
-
-    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1]}
 
 
 @contextmanager
