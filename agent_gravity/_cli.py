@@ -261,7 +261,9 @@ def _serve(args: argparse.Namespace) -> int:
         model = ChatGravity(base_url=args.upstream, model=args.model, api_key=_secret(args.upstream_api_key_env))
     else:
         model = ChatGravity(model=args.model)
-    run_server(model, args.host, args.port, api_key, args.max_body_bytes, allow_public=args.allow_public)
+    run_server(model, args.host, args.port, api_key, args.max_body_bytes, allow_public=args.allow_public,
+               client_settings=[name.strip() for name in args.client_settings.split(",") if name.strip()],
+               max_concurrency=args.max_concurrency, request_timeout=args.request_timeout or None)
     return 0
 
 
@@ -389,6 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024, help="larger bodies get 413")
     serve.add_argument("--allow-public", action="store_true",
                        help="bind a non-loopback address without an API key")
+    serve.add_argument("--client-settings", default="enabled,max_reasoning_tokens,max_answer_tokens",
+                       metavar="FIELDS", help="GravityConfig fields a request's `gravity` may change, comma-separated "
+                                              "(default: enabled and the budgets, never above the server's); "
+                                              "others get 400")
+    serve.add_argument("--max-concurrency", type=int, default=128,
+                       help="chat completions in flight at once; more get 503 with Retry-After (default 128)")
+    serve.add_argument("--request-timeout", type=float, default=600.0, metavar="SECONDS",
+                       help="a chat completion running longer gets 504 and its backend call is aborted "
+                            "(default 600; 0: no limit)")
     serve.set_defaults(run=_serve)
     cal = commands.add_parser("calibrate", help="certify the most saving exit settings at a bounded answer loss; "
                                                 "save a model profile")

@@ -142,6 +142,7 @@ def gravity_metadata(result: GenerationResult, budget: int) -> dict[str, Any]:
         "probe_answers": [r.answer for r in probes.records] if probes else [],
         "probe_confidence": [r.confidence for r in probes.records] if probes else [],
         "probe_tokens": probes.tokens if probes else 0,
+        "probe_failures": result.probe_failures,
         "reasoning_tokens": reasoning_tokens,
         "answer_tokens": answer_tokens,
         "tokens_saved": _tokens_saved(result, budget),

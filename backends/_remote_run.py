@@ -30,8 +30,11 @@ class Vocabulary:
     decode: Callable[[Sequence[int]], str]
 
 
-ProbeStarter = Callable[[list[int], int, Callable[[str, int], None]], None]
-"""Starts an answer probe for a prompt (token ids) of at most n tokens, and calls back with its text and length."""
+ProbeAnswered = Callable[[str, int, float | None, bool], None]
+"""Called with a probe's answer text, its length in tokens, its least token probability (None: not measured) and
+whether the probe failed (then the text is empty)."""
+ProbeStarter = Callable[[list[int], int, ProbeAnswered], None]
+"""Starts an answer probe for a prompt (token ids) of at most n tokens, and calls back when it is answered."""
 
 
 class RemoteRun:
@@ -49,7 +52,8 @@ class RemoteRun:
         self.top_logprobs = max(top_logprobs, request.sampling.logprobs or 0)
         # On the plugin's server this side only follows the phases: the engine's verdicts are read back after.
         self.steering = None if spec is None else Steering.follower(spec) if self.in_engine else Steering(spec)
-        self._answers: queue.SimpleQueue[tuple[str, int, float | None]] = queue.SimpleQueue()
+        self._answers: queue.SimpleQueue[tuple[str, int, float | None, bool]] = queue.SimpleQueue()
+        self.probe_failures = 0
         if self.steering is not None and self.steering.probes is not None:
             prompt, tokens, answered = list(request.prompt_ids), spec.probe.tokens, self._answers.put
             self.steering.prober = lambda ids: start_probe([*prompt, *ids], tokens, lambda *a: answered(a))
@@ -76,7 +80,9 @@ class RemoteRun:
         """Take one stream event; return the items for the caller and whether to leave this stream for a new one."""
         self.response_id = self.response_id or chunk.response_id or None
         while not self._answers.empty():  # probes answer on their own threads; the steering hears them here
-            self.steering.probe_answered(*self._answers.get())
+            text, tokens, confidence, failed = self._answers.get()
+            self.probe_failures += failed
+            self.steering.probe_answered(text, tokens, confidence)
         kept: list[int] = []
         restart = False
         for step in chunk.steps:
@@ -151,7 +157,7 @@ class RemoteRun:
             response_id=self.response_id or "", token_ids=self.token_ids, text="".join(self.texts),
             finish_reason=self.finish_reason or "abort", prompt_tokens=len(self.request.prompt_ids),
             entropy=self._entropy(), steering=self.steering, entropy_bound=list(self.bounds),
-            logprobs=None if wanted is None else [dict(top) for top in self.tops])
+            logprobs=None if wanted is None else [dict(top) for top in self.tops], probe_failures=self.probe_failures)
 
 
 def _replacement(action: Action, token: int, top: dict[int, float]) -> int:

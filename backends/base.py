@@ -73,6 +73,8 @@ class GenerationResult:
     entropy_bound: list[float] | None = None
     """Where ``entropy`` is estimated from a server's top log-probabilities: the most each value can be off by
     (NaN where the token was written by the steering, with no distribution seen). None: ``entropy`` is exact."""
+    probe_failures: int = 0
+    """Answer probes that failed (a refused key, a server error): each confirmed nothing."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ entropy; elsewhere this backend estimates entropy from the top log-probabilities
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -30,11 +32,12 @@ from agent_gravity._errors import (
 from agent_gravity._steering import EXTRA_ARGS_KEY
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods
 from agent_gravity.backends._openai_wire import error_message, parse_chunk, probe_confidence, sse_data
-from agent_gravity.backends._remote_run import RemoteRun, Vocabulary
+from agent_gravity.backends._remote_run import ProbeAnswered, RemoteRun, Vocabulary
 from agent_gravity.backends._upstreams import Upstream, UpstreamPool, check_url, joined
-from agent_gravity.backends.base import GenerationRequest, StreamItem
+from agent_gravity.backends.base import GenerationRequest, GenerationResult, StreamItem
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_log = logging.getLogger(__name__)
 
 
 class OpenAICompatibleSettings(BaseModel):
@@ -66,6 +69,13 @@ class OpenAICompatibleSettings(BaseModel):
     def _listed(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
+    @field_validator("api_key")
+    @classmethod
+    def _key_given(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("api_key is empty; pass the servers' key, or None for servers without one")
+        return value
+
     @field_validator("base_url")
     @classmethod
     def _urls(cls, value: list[str]) -> list[str]:
@@ -82,6 +92,9 @@ class OpenAICompatibleBackend(HFTokenizerMethods):
         headers = {"Authorization": f"Bearer {s.api_key.get_secret_value()}"} if s.api_key else {}
         self._http = dict(headers=headers, timeout=httpx.Timeout(s.timeout, connect=s.connect_timeout))
         self._client = httpx.Client(**self._http)
+        self._async_clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._lock = threading.Lock()
+        self._probe_failures_seen: set[str] = set()
         try:
             card, self.in_engine = self._inspect()
             folder = _tokenizer_folder(s.tokenizer, card)
@@ -103,7 +116,25 @@ class OpenAICompatibleBackend(HFTokenizerMethods):
         return self._pool.upstreams
 
     def close(self) -> None:
+        """Close the connections to the servers, those of every event loop's client included."""
         self._client.close()
+        with self._lock:
+            clients, self._async_clients = list(self._async_clients.items()), {}
+        for loop, client in clients:
+            _close_on(loop, client)
+
+    def _async_client(self) -> httpx.AsyncClient:
+        """This event loop's client: an async client's connections belong to the loop that opened them. Clients of
+        loops that have closed are dropped (their connections hold the loop, which would never be freed)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._async_clients = {k: v for k, v in self._async_clients.items() if not k.is_closed()}
+            client = self._async_clients.get(loop)
+            if client is None:
+                # No cap on connections: the caller bounds its requests (the proxy's max_concurrency).
+                limits = httpx.Limits(max_connections=None, max_keepalive_connections=20)
+                client = self._async_clients[loop] = httpx.AsyncClient(**self._http, limits=limits)
+            return client
 
     # -- what the servers are -------------------------------------------------------------------
 
@@ -157,105 +188,131 @@ class OpenAICompatibleBackend(HFTokenizerMethods):
 
     # -- generation -----------------------------------------------------------------------------
 
-    def _probe(self, prompt_ids: list[int], tokens: int, answered: Any) -> None:
+    def _probe(self, prompt_ids: list[int], tokens: int, answered: ProbeAnswered) -> None:
         """Ask for an answer probe on a side thread; only the answer's first line is compared."""
         body = {"model": self.model_name, "prompt": prompt_ids, "max_tokens": tokens, "temperature": 0.0,
                 "stop": ["\n"], "return_token_ids": True, "logprobs": 0}
 
         def run() -> None:
-            upstream, text, count, confidence = self._pool.acquire(), "", 0, None
+            upstream, text, count, confidence, failure = self._pool.acquire(), "", 0, None, None
             try:
                 response = self._client.post(joined(upstream.url, "/v1/completions"), json=body)
-                if response.status_code == 200:
-                    choice = response.json()["choices"][0]
-                    text, count = choice.get("text", ""), len(choice.get("token_ids") or [])
-                    confidence = probe_confidence(choice)
-            except (httpx.HTTPError, KeyError, IndexError, ValueError):
-                pass  # a probe that fails confirms nothing; reasoning goes on
+                _raise_for(response, upstream.url)
+                choice = response.json()["choices"][0]
+                text, count = choice.get("text", ""), len(choice.get("token_ids") or [])
+                confidence = probe_confidence(choice)
+            except (httpx.HTTPError, _Retry, EngineError, KeyError, IndexError, TypeError, ValueError) as exc:
+                failure = _probe_failure(exc)
+                self._warn_once(failure, exc)
             finally:
                 self._pool.release(upstream)
-                answered(text, count, confidence)
+                answered(text, count, confidence, failure is not None)
 
         threading.Thread(target=run, name="agent-gravity-probe", daemon=True).start()
 
-    def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
+    def _warn_once(self, kind: str, exc: Exception) -> None:
+        """Log the first probe failure of each kind; the rest are counted in each call's ``probe_failures``."""
+        with self._lock:
+            first = kind not in self._probe_failures_seen
+            self._probe_failures_seen.add(kind)
+        if first:
+            _log.warning("an answer probe failed (%s: %s); a failed probe confirms no exit, so gravity cannot end "
+                         "reasoning early while probes fail. Later %s failures are not logged: each call counts "
+                         "them in its gravity metadata (probe_failures)", kind, exc, kind)
+
+    def _tries(self, request: GenerationRequest) -> _Tries:
         run = RemoteRun(self._vocab, request, self.in_engine, self.settings.top_logprobs, self._probe)
-        deadline = _Deadline(request.timeout)
-        failures = 0
-        while not run.done:
-            upstream, failed = self._pool.acquire(), True
-            try:
-                with self._client.stream("POST", joined(upstream.url, "/v1/completions"), json=run.body(),
-                                         headers=_trace_headers(), timeout=deadline.httpx(self.settings)) as response:
-                    if response.status_code != 200:
-                        response.read()
-                    _raise_for(response, upstream.url)
-                    for line in response.iter_lines():
-                        deadline.check()
-                        items, leave = _take(run, line)
-                        yield from items
-                        if leave or run.done:
-                            break
-                    else:
-                        _ended(run)
-            except (httpx.TransportError, _Retry) as exc:
-                failures += 1
-                deadline.check(exc)
-                if failures > self.settings.max_retries:
-                    raise _gave_up(upstream, failures, exc) from exc
-                time.sleep(_backoff(failures))
-            else:
-                failed = False
-            finally:
-                self._pool.release(upstream, failed=failed)
+        return _Tries(run, self._pool, self.settings.max_retries, _Deadline(request.timeout))
+
+    def _post(self, tries: _Tries, upstream: Upstream) -> dict[str, Any]:
+        """The arguments of the next streamed request of ``tries`` to ``upstream``."""
+        return dict(method="POST", url=joined(upstream.url, "/v1/completions"), json=tries.run.body(),
+                    headers=_trace_headers(), timeout=tries.deadline.httpx(self.settings))
+
+    def stream(self, request: GenerationRequest) -> Iterator[StreamItem]:
+        tries = self._tries(request)
+        while tries.result is None:
+            with tries.next() as upstream, self._client.stream(**self._post(tries, upstream)) as response:
+                if response.status_code != 200:
+                    response.read()
+                _raise_for(response, upstream.url)
+                for line in response.iter_lines():
+                    yield from tries.take(line)
+                    if tries.leaving:
+                        break
+            time.sleep(tries.wait)
+        yield tries.result
 
     async def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
-        run = RemoteRun(self._vocab, request, self.in_engine, self.settings.top_logprobs, self._probe)
-        deadline = _Deadline(request.timeout)
-        failures = 0
-        async with httpx.AsyncClient(**self._http) as client:
-            while not run.done:
-                upstream, failed = self._pool.acquire(), True
-                try:
-                    async with client.stream("POST", joined(upstream.url, "/v1/completions"), json=run.body(),
-                                             headers=_trace_headers(),
-                                             timeout=deadline.httpx(self.settings)) as response:
-                        if response.status_code != 200:
-                            await response.aread()
-                        _raise_for(response, upstream.url)
-                        async for line in response.aiter_lines():
-                            deadline.check()
-                            items, leave = _take(run, line)
-                            for item in items:
-                                yield item
-                            if leave or run.done:
-                                break
-                        else:
-                            _ended(run)
-                except (httpx.TransportError, _Retry) as exc:
-                    failures += 1
-                    deadline.check(exc)
-                    if failures > self.settings.max_retries:
-                        raise _gave_up(upstream, failures, exc) from exc
-                    await asyncio.sleep(_backoff(failures))
-                else:
-                    failed = False
-                finally:
-                    self._pool.release(upstream, failed=failed)
+        tries, client = self._tries(request), self._async_client()
+        while tries.result is None:
+            with tries.next() as upstream:
+                async with client.stream(**self._post(tries, upstream)) as response:
+                    if response.status_code != 200:
+                        await response.aread()
+                    _raise_for(response, upstream.url)
+                    async for line in response.aiter_lines():
+                        for item in tries.take(line):
+                            yield item
+                        if tries.leaving:
+                            break
+            await asyncio.sleep(tries.wait)
+        yield tries.result
 
 
 class _Retry(Exception):
     """The server failed in a way another try may not (a 5xx, or a stream cut short)."""
 
 
-def _take(run: RemoteRun, line: str) -> tuple[list[StreamItem], bool]:
-    event = sse_data(line)
-    return ([], False) if event is None else run.feed(parse_chunk(event))
+class _Tries:
+    """The retry loop of one request, shared by the sync and async transports: each try streams from the least
+    busy server, ``with tries.next() as upstream``. A failure another try may mend (transport, 5xx, a stream cut
+    short) is counted and swallowed, that server set aside, and ``wait`` is the backoff before the next try; past
+    ``max_retries`` it raises EngineError, past the deadline EngineTimeoutError. A caller that leaves does not set
+    the server aside.
 
+    A finished stream is read to its end, so its connection serves the next request; ``result`` is held until
+    then, and the server released."""
 
-def _ended(run: RemoteRun) -> None:
-    if not run.done:
-        raise _Retry("the server closed the stream before the completion finished")
+    def __init__(self, run: RemoteRun, pool: UpstreamPool, max_retries: int, deadline: _Deadline) -> None:
+        self.run, self.deadline = run, deadline
+        self._pool, self._max_retries, self._failures = pool, max_retries, 0
+        self.wait = 0.0  # the backoff before the next try
+        self.leaving = False  # the run wants a new stream: it wrote tokens the server did not sample
+        self.result: GenerationResult | None = None
+
+    def take(self, line: str) -> list[StreamItem]:
+        """The deltas of one line of the stream (the result is kept in ``result``)."""
+        self.deadline.check()
+        event = sse_data(line)
+        if event is None or self.run.done:
+            return []
+        items, self.leaving = self.run.feed(parse_chunk(event))
+        if self.run.done:
+            self.result = items.pop()
+        return items
+
+    @contextlib.contextmanager
+    def next(self) -> Iterator[Upstream]:
+        upstream, failed, self.wait, self.leaving = self._pool.acquire(), False, 0.0, False
+        try:
+            yield upstream
+            if not (self.run.done or self.leaving):
+                raise _Retry("the server closed the stream before the completion finished")
+        except (httpx.TransportError, _Retry) as exc:
+            failed = True
+            self._failures += 1
+            self.deadline.check(exc)
+            if self._failures > self._max_retries:
+                raise _gave_up(upstream, self._failures, exc) from exc
+            self.wait = _backoff(self._failures)
+        except (UpstreamRejectedError, EngineTimeoutError):
+            raise  # the request's own fault, or its deadline: the server is fine
+        except Exception:
+            failed = True
+            raise
+        finally:
+            self._pool.release(upstream, failed=failed)
 
 
 def _raise_for(response: httpx.Response, url: str) -> None:
@@ -271,6 +328,27 @@ def _raise_for(response: httpx.Response, url: str) -> None:
         raise UpstreamAuthError(f"{url} refused the API key (HTTP {response.status_code}: {message}); "
                                 "pass the server's key as api_key")
     raise UpstreamRejectedError(f"{url} refused the request (HTTP {response.status_code}): {message}")
+
+
+_PROBE_FAILURES: tuple[tuple[type[Exception], str], ...] = (
+    (UpstreamAuthError, "auth"), (_Retry, "server"), (UpstreamRejectedError, "rejected"),
+    (httpx.HTTPError, "transport"))
+
+
+def _probe_failure(exc: Exception) -> str:
+    """The kind of a probe's failure, for the log: auth, server (5xx, 408, 429), rejected (other 4xx), transport
+    or malformed (a reply this backend cannot read)."""
+    return next((kind for error, kind in _PROBE_FAILURES if isinstance(exc, error)), "malformed")
+
+
+def _close_on(loop: asyncio.AbstractEventLoop, client: httpx.AsyncClient) -> None:
+    """Close ``client`` on the event loop it belongs to; a closed loop took its connections with it."""
+    if loop.is_closed():
+        return
+    if loop.is_running():
+        asyncio.run_coroutine_threadsafe(client.aclose(), loop)
+    else:
+        loop.run_until_complete(client.aclose())
 
 
 def _gave_up(upstream: Upstream, failures: int, exc: Exception) -> EngineError:

@@ -222,7 +222,7 @@ def main(out: Path, streams: int, requests: int, rounds: int, tokens: int, batch
     """Start the servers, measure, stop them; write ``serve.json`` and ``serve.png`` under ``out``."""
     from agent_gravity import ChatGravity, _model_store
     from agent_gravity.bench.vllm_servers import ServerSpec, servers
-    from agent_gravity.serve import create_app
+    from agent_gravity.serve import CLIENT_SETTINGS, MAX_CONCURRENCY, create_app
 
     folder, name = str(_model_store.pull()), _model_store.DEFAULT_MODEL.name
     specs = [ServerSpec(folder, name), ServerSpec(folder, name), ServerSpec(folder, name, plugin=False)]
@@ -233,7 +233,9 @@ def main(out: Path, streams: int, requests: int, rounds: int, tokens: int, batch
             httpx.post(server.url + "/completions", json={"model": name, "prompt": COUNTING, "max_tokens": 8,
                                                           "logprobs": 20}, timeout=600).raise_for_status()
         advance(f"load: {requests} streams through the proxy, {streams} at a time")
-        with serving(create_app(ChatGravity(base_url=[a.url, b.url]))) as url:
+        app = create_app(ChatGravity(base_url=[a.url, b.url]), client_settings=CLIENT_SETTINGS | {"reasoning"},
+                         max_concurrency=max(streams, MAX_CONCURRENCY))
+        with serving(app) as url:
             load = load_test(url + "/v1", name, streams, requests)
     report = {"model": name, "overhead": overhead, "load": load, "per_request": load.pop("per_request")}
     write_json(out / "serve.json", report)

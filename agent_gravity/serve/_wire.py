@@ -4,6 +4,7 @@ completions and chunks. Pydantic models (they make the OpenAPI description) and 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -277,6 +278,37 @@ def to_message(message: SystemMessageIn | UserMessageIn | AssistantMessageIn | T
     return AIMessage(text, tool_calls=calls)
 
 
+CLIENT_SETTINGS = frozenset({"enabled", "max_reasoning_tokens", "max_answer_tokens"})
+"""The GravityConfig fields a client may send in ``gravity`` unless the operator allows others."""
+_BUDGETS = ("max_reasoning_tokens", "max_answer_tokens")
+
+
+def checked_client_settings(names: Iterable[str]) -> frozenset[str]:
+    """The operator's allowlist of client settings, each a GravityConfig field; ValueError naming one that is not."""
+    allowed = frozenset(names)
+    unknown = sorted(allowed - set(GravityConfig.model_fields))
+    if unknown:
+        raise ValueError(f"client settings {unknown} are not GravityConfig fields; choose from "
+                         f"{', '.join(GravityConfig.model_fields)}")
+    return allowed
+
+
+def client_gravity(server: GravityConfig, patch: dict[str, Any], allowed: frozenset[str]) -> GravityConfig:
+    """The configuration for a call whose client sent ``patch``: only fields the operator ``allowed``, and budgets
+    no higher than the server's own; WireError naming the field otherwise."""
+    for name in patch:
+        if name not in allowed:
+            raise WireError(f"gravity.{name} is not a setting clients may change on this server; send only "
+                            f"{', '.join(sorted(allowed)) or 'no gravity settings'} (its operator can allow more)",
+                            f"gravity.{name}")
+    config = gravity_config(server, patch)
+    for name in _BUDGETS:
+        if getattr(config, name) > getattr(server, name):
+            raise WireError(f"gravity.{name} may not exceed this server's {getattr(server, name)}; send a lower "
+                            "budget or leave it out", f"gravity.{name}")
+    return config
+
+
 def gravity_config(base: GravityConfig, patch: dict[str, Any]) -> GravityConfig:
     """``base`` with the fields of ``patch`` replaced, validated as a whole."""
     try:
@@ -294,8 +326,10 @@ def _grammar(fmt: TextFormat | JsonObjectFormat | JsonSchemaFormat | None) -> di
     return {"type": "object"} if isinstance(fmt, JsonObjectFormat | JsonSchemaFormat) else None
 
 
-def call_options(request: ChatCompletionRequest, gravity: GravityConfig) -> dict[str, Any]:
-    """ChatGravity's per-call options for ``request``, on a server whose gravity configuration is ``gravity``.
+def call_options(request: ChatCompletionRequest, gravity: GravityConfig,
+                 client_settings: frozenset[str] = CLIENT_SETTINGS) -> dict[str, Any]:
+    """ChatGravity's per-call options for ``request``, on a server whose gravity configuration is ``gravity`` and
+    whose clients may change ``client_settings`` of it (see ``client_gravity``).
 
     The request's ``model`` is never passed on: a client must not make the server load another model.
     """
@@ -306,7 +340,7 @@ def call_options(request: ChatCompletionRequest, gravity: GravityConfig) -> dict
     }
     options = {k: v for k, v in options.items() if v is not None}
     if request.gravity is not None:
-        options["gravity"] = gravity_config(gravity, request.gravity)
+        options["gravity"] = client_gravity(gravity, request.gravity, client_settings)
     if request.tools is not None:
         options["tools"] = [t.model_dump(exclude_none=True) for t in request.tools]
     if request.tool_choice is not None:
@@ -540,9 +574,12 @@ class ErrorDetail(BaseModel):
     message: str
     """What went wrong and what to change."""
     type: str
-    """``invalid_request_error`` (4xx), ``upstream_error`` (502), ``timeout_error`` (504) or ``server_error``."""
+    """``invalid_request_error`` (4xx), ``upstream_error`` (502), ``timeout_error`` (504) or ``server_error`` (500,
+    503)."""
     param: str | None = None
     code: str | None = None
+    request_id: str | None = None
+    """The ``x-request-id`` of the request; the server's log has the detail of a failure under it."""
 
 
 class ErrorResponse(BaseModel):

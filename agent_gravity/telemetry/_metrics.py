@@ -22,6 +22,7 @@ from agent_gravity.telemetry._spans import GRAVITY_PREFIX
 EXITS = GRAVITY_PREFIX + "exits"
 TOKENS_SAVED = GRAVITY_PREFIX + "tokens_saved"
 KV_BYTES_FREED = GRAVITY_PREFIX + "kv.bytes_freed"
+PROBE_FAILURES = GRAVITY_PREFIX + "probe_failures"
 _log = logging.getLogger(__name__)
 
 
@@ -33,6 +34,7 @@ class _Instruments:
     exits: Counter
     tokens_saved: Histogram
     kv_freed: Histogram
+    probe_failures: Counter
 
 
 @functools.cache
@@ -49,6 +51,9 @@ def _instruments() -> _Instruments:
             description="Tokens the budget still allowed where gravity cut a call's output (an upper bound)."),
         kv_freed=meter.create_histogram(KV_BYTES_FREED, unit="By",
                                         description="Bytes a session's KV cache gave up to 8-bit zones and trimming."),
+        probe_failures=meter.create_counter(
+            PROBE_FAILURES, unit="{probe}",
+            description="Answer probes that failed (a refused key, a server error); each confirmed no exit."),
     )
 
 
@@ -80,6 +85,8 @@ def record_call(base: dict[str, Any], seconds: float, first_chunk: float | None,
     freed = kv_bytes_freed(gravity)
     if freed:
         m.kv_freed.record(freed, base)
+    if gravity.get("probe_failures"):
+        m.probe_failures.add(gravity["probe_failures"], base)
 
 
 @_guarded

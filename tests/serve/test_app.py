@@ -9,7 +9,8 @@ import time
 import httpx
 import pytest
 
-from agent_gravity import ChatGravity, EngineError, EngineTimeoutError
+from agent_gravity import ChatGravity, EngineError, EngineTimeoutError, UpstreamRejectedError
+from agent_gravity._cli import main
 from agent_gravity.bench.serve import serving as live_server
 from agent_gravity.serve import create_app, run_server
 from tests.serve._scripted_backend import ScriptedBackend
@@ -65,8 +66,10 @@ async def test_a_budget_cut_finishes_with_length():
 @pytest.mark.parametrize(("change", "param", "says"), [
     ({"n": 2}, "n", "n=2 is not supported"),
     ({"logprobs": True}, "logprobs", "returns no log-probabilities"),
-    ({"gravity": {"max_answer_tokens": 0}}, "gravity.max_answer_tokens", "positive number of tokens"),
-    ({"gravity": {"polcy": {}}}, "gravity.polcy", "Extra inputs"),
+    ({"gravity": {"max_answer_tokens": 0}}, "gravity.max_answer_tokens", "got 0"),
+    ({"gravity": {"max_answer_tokens": 1000}}, "gravity.max_answer_tokens", "may not exceed this server's 256"),
+    ({"gravity": {"polcy": {}}}, "gravity.polcy", "not a setting clients may change on this server"),
+    ({"gravity": {"policy": None}}, "gravity.policy", "its operator can allow more"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0", "robot"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages.0.user.content", "'image_url' are not supported"),
@@ -122,18 +125,55 @@ async def test_bodies_over_the_limit_get_413_by_content_length_and_when_chunked(
 
 
 @pytest.mark.parametrize(("error", "status", "kind"), [
-    (EngineError("the engine died"), 502, "upstream_error"),
-    (httpx.ConnectError("connection refused"), 502, "upstream_error"),
+    (EngineError("http://10.0.0.7:8001/v1 refused: /models/secret-llama"), 502, "upstream_error"),
+    (UpstreamRejectedError("http://10.0.0.7:8001/v1 refused the request (HTTP 400): {'body': 1}"), 502,
+     "upstream_error"),
+    (httpx.ConnectError("connection to http://10.0.0.7:8001/v1 refused"), 502, "upstream_error"),
     (EngineTimeoutError.after(1.0), 504, "timeout_error"),
+    (TypeError("unsupported operand in /srv/agent_gravity/_chat_model.py"), 500, "server_error"),
+    (ValueError("internal state 10.0.0.7"), 500, "server_error"),
 ])
-async def test_backend_failures_are_502_or_504_and_end_a_stream_with_an_error_event(error, status, kind):
+async def test_backend_failures_get_a_fixed_message_and_a_request_id_the_log_has_the_detail_under(
+        error, status, kind, caplog):
     async with client(ScriptedBackend(error=error)) as http:
         plain = await http.post("/v1/chat/completions", json=HELLO)
         streamed = await http.post("/v1/chat/completions", json={**HELLO, "stream": True})
-    assert plain.status_code == status and plain.json()["error"]["type"] == kind
-    assert str(error) in plain.json()["error"]["message"]
+    body = plain.json()["error"]
+    assert plain.status_code == status and body["type"] == kind
+    assert body["request_id"] == plain.headers["x-request-id"] and body["request_id"] in body["message"]
     last = events(streamed.text)[-1]
     assert streamed.status_code == 200 and last["error"]["type"] == kind  # no [DONE] after an error
+    assert last["error"]["request_id"] == streamed.headers["x-request-id"] != body["request_id"]
+    for response, error_body in ((plain, body), (streamed, last["error"])):
+        assert "10.0.0.7" not in response.text and "/srv/" not in response.text and "secret" not in response.text
+        logged = [r.getMessage() for r in caplog.records if error_body["request_id"] in r.getMessage()]
+        assert len(logged) == 1 and str(error) in logged[0]
+
+
+async def test_a_bug_past_the_model_call_is_a_500_with_a_request_id_and_no_detail(monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug in /srv/agent_gravity/serve/_wire.py")
+
+    monkeypatch.setattr("agent_gravity.serve._app.completion", broken)
+    app = create_app(ChatGravity(backend=ScriptedBackend()))
+    transport = httpx.ASGITransport(app, raise_app_exceptions=False)  # Starlette re-raises a bug after the 500
+    async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+        response = await http.post("/v1/chat/completions", json=HELLO)
+    error = response.json()["error"]
+    assert response.status_code == 500 and error["code"] == "internal_error" and "/srv/" not in response.text
+    assert error["request_id"] == response.headers["x-request-id"]
+    assert any(error["request_id"] in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def test_every_response_carries_its_own_request_id():
+    async with client(api_key="k") as http:
+        ok = await http.post("/v1/chat/completions", json=HELLO, headers={"Authorization": "Bearer k"})
+        refused = await http.post("/v1/chat/completions", json=HELLO)
+        missing = await http.get("/nowhere")
+        health = await http.get("/health")
+    ids = [r.headers["x-request-id"] for r in (ok, refused, missing, health)]
+    assert len(set(ids)) == 4 and all(i.startswith("req_") for i in ids)
+    assert refused.json()["error"]["request_id"] == ids[1] and missing.json()["error"]["request_id"] == ids[2]
 
 
 async def _assert_closed_within_a_second(backend: ScriptedBackend, left: float) -> None:
@@ -182,3 +222,65 @@ async def test_the_openapi_description_documents_the_extensions_and_the_key():
 def test_a_public_host_needs_an_api_key_or_an_explicit_yes():
     with pytest.raises(ValueError, match="without an API key"):
         run_server(ChatGravity(backend=ScriptedBackend()), host="0.0.0.0")
+
+
+def test_an_empty_api_key_is_refused_everywhere(monkeypatch, capsys):
+    model = ChatGravity(backend=ScriptedBackend())
+    for empty in ("", "   "):
+        with pytest.raises(ValueError, match="the API key is empty"):
+            create_app(model, api_key=empty)
+        with pytest.raises(ValueError, match="the API key is empty"):
+            run_server(model, api_key=empty)
+    monkeypatch.setenv("BLANK_KEY", "  ")
+    assert main(["serve", "--api-key-env", "BLANK_KEY"]) == 2
+    assert "the API key is empty" in capsys.readouterr().err
+
+
+async def test_a_bearer_header_without_a_token_is_refused():
+    async with client(api_key="k") as http:
+        for header in ("Bearer ", "Bearer", "bearer  ", "k"):
+            assert (await http.get("/v1/models", headers={"Authorization": header})).status_code == 401
+
+
+async def test_the_operator_chooses_which_gravity_settings_clients_may_send():
+    policy = {"gravity": {"policy": {"name": "window_mean", "window": 4, "threshold": 1.0}}}
+    async with client(client_settings={"policy"}) as http:
+        allowed = await http.post("/v1/chat/completions", json={**HELLO, **policy})
+        refused = await http.post("/v1/chat/completions", json={**HELLO, "gravity": {"enabled": False}})
+    assert allowed.status_code == 200
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "gravity.enabled"
+    assert "send only policy" in refused.json()["error"]["message"]
+    with pytest.raises(ValueError, match=r"\['polcy'\] are not GravityConfig fields"):
+        create_app(ChatGravity(backend=ScriptedBackend()), client_settings={"policy", "polcy"})
+
+
+def test_the_serve_command_takes_the_client_settings_and_the_limits(capsys):
+    assert main(["serve", "--client-settings", "enabled,polcy"]) == 2
+    assert "['polcy'] are not GravityConfig fields" in capsys.readouterr().err
+    assert main(["serve", "--max-concurrency", "0"]) == 2
+    assert "max_concurrency must be at least 1" in capsys.readouterr().err
+
+
+async def test_chat_completions_past_the_concurrency_cap_get_503_with_retry_after():
+    async with client(ScriptedBackend(delay=0.02), max_concurrency=1) as http:
+        first = asyncio.ensure_future(http.post("/v1/chat/completions", json=HELLO))
+        await asyncio.sleep(0.1)
+        busy = await http.post("/v1/chat/completions", json=HELLO)
+        models = await http.get("/v1/models")  # only chat completions count
+        assert (await first).status_code == 200
+        after = await http.post("/v1/chat/completions", json={**HELLO, "max_completion_tokens": 2})
+    assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+    assert busy.json()["error"]["code"] == "server_busy" and "limit of 1 chat completion" in busy.text
+    assert models.status_code == 200 and after.status_code == 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_call_past_the_request_timeout_gets_504_and_its_generation_is_aborted(stream):
+    backend = ScriptedBackend(endless=True, delay=0.01)
+    async with client(backend, request_timeout=0.3) as http:
+        response = await http.post("/v1/chat/completions", json={**HELLO, "stream": stream})
+        ended = time.monotonic()
+    error = events(response.text)[-1]["error"] if stream else response.json()["error"]
+    assert response.status_code == (200 if stream else 504)
+    assert error["type"] == "timeout_error" and error["code"] == "timeout"
+    assert backend.closed_early_at is not None and ended - backend.closed_early_at < 1.0

@@ -12,7 +12,7 @@ from agent_gravity import ChatGravity
 from agent_gravity._cli import main
 from agent_gravity.bench.serve import load_test, serving
 from agent_gravity.bench.vllm_servers import free_port, metric
-from agent_gravity.serve import create_app
+from agent_gravity.serve import CLIENT_SETTINGS, create_app
 
 pytestmark = pytest.mark.engine
 
@@ -43,7 +43,7 @@ def test_a_client_that_leaves_mid_stream_stops_the_generation_on_the_upstream(vl
     upstream = vllm_servers["plain"]
     body = {"messages": [{"role": "user", "content": "Count from 1 to 1000, one number per line."}],
             "stream": True, "max_completion_tokens": 2000, "gravity": {"enabled": False, "reasoning": None}}
-    with serving(create_app(ChatGravity(base_url=upstream))) as url:
+    with serving(create_app(ChatGravity(base_url=upstream), client_settings=CLIENT_SETTINGS | {"reasoning"})) as url:
         before = metric(upstream, "vllm:generation_tokens_total")
         with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as response:
             lines = response.iter_lines()

@@ -8,7 +8,17 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
 
 from agent_gravity import GravityConfig
-from agent_gravity.serve._wire import ChatCompletionRequest, WireError, call_options, chunks, completion, to_message
+from agent_gravity.serve._wire import (
+    CLIENT_SETTINGS,
+    ChatCompletionRequest,
+    WireError,
+    call_options,
+    checked_client_settings,
+    chunks,
+    client_gravity,
+    completion,
+    to_message,
+)
 
 WIRE = {"id": "chatcmpl-1", "created": 1, "model": "m"}
 
@@ -89,3 +99,28 @@ def test_the_last_stream_chunk_finishes_with_gravity_then_usage():
     assert finishing.choices[0].finish_reason == "length" and finishing.gravity.entropy == [0.3]
     assert usage.choices == [] and usage.usage.total_tokens == 2
     assert chunks(AIMessageChunk(""), **WIRE, include_usage=True) == []
+
+
+def test_clients_may_change_only_the_allowed_settings_and_only_lower_the_budgets():
+    server = GravityConfig(min_tokens=4, max_reasoning_tokens=64, max_answer_tokens=32)
+    lowered = client_gravity(server, {"enabled": False, "max_reasoning_tokens": 8, "max_answer_tokens": 32},
+                             CLIENT_SETTINGS)
+    assert (lowered.enabled, lowered.max_reasoning_tokens, lowered.max_answer_tokens) == (False, 8, 32)
+    for patch, param, says in [
+        ({"max_answer_tokens": 33}, "gravity.max_answer_tokens", "may not exceed this server's 32"),
+        ({"max_reasoning_tokens": "65"}, "gravity.max_reasoning_tokens", "may not exceed"),  # validated, compared
+        ({"min_tokens": 1}, "gravity.min_tokens", "its operator can allow more"),
+        ({"polcy": {}}, "gravity.polcy", "not a setting clients may change"),
+    ]:
+        with pytest.raises(WireError, match=says) as refused:
+            client_gravity(server, patch, CLIENT_SETTINGS)
+        assert refused.value.param == param
+    assert client_gravity(server, {"loop": None}, frozenset({"loop"})).loop is None
+    with pytest.raises(WireError, match="send only no gravity settings"):
+        client_gravity(server, {"enabled": True}, frozenset())
+
+
+def test_the_allowlist_names_gravity_config_fields_only():
+    assert checked_client_settings(["enabled", "policy"]) == {"enabled", "policy"}
+    with pytest.raises(ValueError, match=r"\['budget'\] are not GravityConfig fields"):
+        checked_client_settings(["enabled", "budget"])
