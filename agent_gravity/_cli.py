@@ -8,8 +8,9 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 
 def _quiet_engine_logs() -> None:
@@ -18,14 +19,44 @@ def _quiet_engine_logs() -> None:
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
 
 
+@contextlib.contextmanager
+def _engine_output(log: Path | None) -> Iterator[TextIO]:
+    """Send everything this process and its children write to stdout and stderr (the engine's, torch's and Triton's
+    warnings, from Python or C) to ``log``; yield a stream to the terminal's stderr for progress. None: no change."""
+    if log is None:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield sys.stderr
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    terminal = os.fdopen(os.dup(saved[2]), "w", buffering=1)
+    try:
+        with log.open("ab") as out:
+            for fd in saved:
+                os.dup2(out.fileno(), fd)
+            yield terminal
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, original in saved.items():
+            os.dup2(original, fd)
+            os.close(original)
+        terminal.close()
+
+
 def _demo(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agent_gravity import ChatGravity, _model_store
     from agent_gravity._demo import QUESTIONS, as_json, as_table, run_demo
 
-    bar = tqdm(total=2 + 2 * len(QUESTIONS), desc="fetching the model", file=sys.stderr, unit="step")
-    with contextlib.redirect_stdout(sys.stderr):
+    log = None if args.verbose else _model_store.cache_dir() / "logs" / "demo.log"
+    if log is not None:
+        print(f"engine log: {log} (-v shows it here)", file=sys.stderr)
+    with _engine_output(log) as terminal:
+        bar = tqdm(total=2 + 2 * len(QUESTIONS), desc="fetching the model", file=terminal, unit="step")
         if args.model is None:
             _model_store.pull(progress=lambda msg: bar.set_description(msg))
         bar.update(1)
@@ -39,7 +70,7 @@ def _demo(args: argparse.Namespace) -> int:
             bar.update(1)
 
         runs = run_demo(llm, on_run=advance)
-    bar.close()
+        bar.close()
     if args.json:
         print(json.dumps(as_json(llm, runs)))
     else:
@@ -303,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="answer a few reasoning questions with gravity off and on")
     demo.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     demo.add_argument("--model", help="a local model folder (default: the embedded SmolLM2-135M-Instruct)")
+    demo.add_argument("-v", "--verbose", action="store_true",
+                      help="show the engine's log here (default: it goes to a file whose path is printed)")
     demo.set_defaults(run=_demo)
     model = commands.add_parser("model", help="manage the embedded model")
     model_commands = model.add_subparsers(dest="model_command", required=True)

@@ -9,9 +9,11 @@ ROOT = Path(__file__).parent.parent
 LAYOUT = {"agent_gravity": "agent_gravity", "backends": "agent_gravity/backends", "kernels": "agent_gravity/kernels"}
 
 
-def test_wheel_contains_every_module(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(tmp_path), str(ROOT)], check=True, cwd=tmp_path)
+def test_wheel_contains_every_module_and_builds_without_packaging_warnings(tmp_path):
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", str(tmp_path), str(ROOT)], check=True, cwd=tmp_path, capture_output=True,
+                           text=True)
+    assert "absent from the `packages` configuration" not in build.stdout + build.stderr
     (wheel,) = tmp_path.glob("agent_gravity-*.whl")
     shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".py")}
     expected = {
@@ -22,6 +24,7 @@ def test_wheel_contains_every_module(tmp_path):
     }
     assert expected <= shipped, f"missing from the wheel: {sorted(expected - shipped)}"
     assert not [n for n in shipped if n.split("/")[0] in ("backends", "kernels")], "generic top-level names"
+    assert "agent_gravity/bench/data/family_tasks.jsonl" in zipfile.ZipFile(wheel).namelist()
     entry_points = zipfile.ZipFile(wheel).read(
         next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("entry_points.txt"))).decode()
     assert "agent-gravity = agent_gravity._cli:main" in entry_points
