@@ -14,7 +14,6 @@ batch pays its warm-up (seconds alone, far longer while the other server busies 
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from agent_gravity.backends._openai_wire import sse_data
 from agent_gravity.bench._report import figure, percentiles, write_json
 from agent_gravity.bench._stats import ratio_ci
 from agent_gravity.bench.overhead import PROMPTS
@@ -127,9 +127,8 @@ async def _stream(client: httpx.AsyncClient, url: str, model: str, index: int, t
                 timed.error = f"HTTP {response.status_code}: {(await response.aread())[:200]!r}"
                 return timed
             async for line in response.aiter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                _read_event(timed, json.loads(line[6:]), start)
+                if (event := sse_data(line)) is not None:
+                    _read_event(timed, event, start)
         timed.total_s = time.perf_counter() - start
         timed.ok = timed.finish_reason is not None and timed.completion_tokens is not None
         if not timed.ok:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import httpx
 import pytest
+from agent_gravity.backends._openai_wire import sse_data
 
 from agent_gravity import ChatGravity, EngineError, EngineTimeoutError, UpstreamRejectedError
 from agent_gravity._cli import main
@@ -25,8 +25,8 @@ def client(backend: ScriptedBackend | None = None, **options) -> httpx.AsyncClie
 
 def events(text: str) -> list[dict | str]:
     """The data of each server-sent event: parsed JSON, or the literal ``[DONE]``."""
-    data = [line.removeprefix("data: ") for line in text.split("\n\n") if line.startswith("data: ")]
-    return [d if d == "[DONE]" else json.loads(d) for d in data]
+    data = [sse_data(line) for line in text.split("\n\n") if line.startswith("data: ")]
+    return ["[DONE]" if d is None else d for d in data]
 
 
 async def test_a_completion_has_the_answer_its_reasoning_usage_and_the_gravity_report():
