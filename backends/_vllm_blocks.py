@@ -7,10 +7,20 @@ the count is taken as the scheduler's KV cache manager releases them (``free``, 
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from agent_gravity.backends.base import KVBlockReport
+
+_log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _unreadable(what: str) -> None:
+    _log.warning("KV block reports are off: this vLLM's engine no longer has what they read (%s), so "
+                 "response_metadata['gravity']['kv_blocks'] stays None; the rest of gravity is unaffected", what)
 
 
 class BlockLedger:
@@ -36,12 +46,17 @@ class BlockLedger:
         """Count this request's blocks when it releases them (probes and other side requests are not counted)."""
         self._watched.add(request_id)
 
-    def report(self, request_id: str, cached_tokens: int | None) -> KVBlockReport:
-        """What a finished request held, and the engine's cache as it stands now."""
-        pool = self._manager.block_pool
-        total = pool.num_gpu_blocks - 1  # one null block is always taken
-        return KVBlockReport(self._held.pop(request_id, 0), self._scheduler.block_size, cached_tokens or 0,
-                             total - pool.get_num_free_blocks(), total)
+    def report(self, request_id: str, cached_tokens: int | None) -> KVBlockReport | None:
+        """What a finished request held, and the engine's cache as it stands now; None (said once in the log)
+        when the engine's internals no longer have them."""
+        try:
+            pool = self._manager.block_pool
+            total = pool.num_gpu_blocks - 1  # one null block is always taken
+            return KVBlockReport(self._held.pop(request_id, 0), self._scheduler.block_size, cached_tokens or 0,
+                                 total - pool.get_num_free_blocks(), total)
+        except AttributeError as exc:
+            _unreadable(str(exc))
+            return None
 
     def forget(self, request_id: str) -> None:
         """Stop counting a request (it has been reported, or nobody will ask)."""
@@ -50,8 +65,9 @@ class BlockLedger:
 
 
 def ledger_for(engine: Any) -> BlockLedger | None:
-    """A ledger for an in-process engine; None where the engine runs in another process."""
+    """A ledger for an in-process engine; None (said once in the log) where its internals are not as expected."""
     try:
         return BlockLedger(engine)
-    except AttributeError:
+    except AttributeError as exc:
+        _unreadable(str(exc))
         return None
