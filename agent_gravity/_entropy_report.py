@@ -102,12 +102,12 @@ def _plot_call(call: dict[str, Any], path: Path) -> None:
                 ax.axvline(mark["step"], color=colour, ls="--", lw=1, label=f"{label} @ {mark['step']}")
         for i, step in enumerate(call.get("probe_steps") or []):
             ax.axvline(step, color="#ff7f00", ls=":", lw=0.8, label="answer probe" if i == 0 else None)
-        ax.set_xlabel(f"output token (tokens saved: {call.get('tokens_saved', 0)})")
+        ax.set_xlabel(f"output token (tokens saved, at most: {call.get('tokens_saved_upper_bound', 0)})")
         ax.set_xlim(-1, max(len(entropy), 1))
 
 
 def summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """Totals across calls: tokens, early exits by reason, tokens saved, mean entropy."""
+    """Totals across calls: tokens, early exits by reason, tokens saved (an upper bound), mean entropy."""
     finite = [e for c in calls for e in c["entropy"] if e is not None and math.isfinite(e)]
     reasons: dict[str, int] = {}
     for c in calls:
@@ -116,7 +116,7 @@ def summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
     return {"calls": len(calls), "output_tokens": sum(len(c["entropy"]) for c in calls),
             "reasoning_tokens": sum(c["reasoning_tokens"] for c in calls),
             "answer_tokens": sum(c["answer_tokens"] for c in calls),
-            "tokens_saved": sum(c.get("tokens_saved") or 0 for c in calls),
+            "tokens_saved_upper_bound": sum(c.get("tokens_saved_upper_bound") or 0 for c in calls),
             "early_exits": reasons, "kv_bytes_freed": sum(c.get("kv_bytes_freed") or 0 for c in calls),
             "entropy_mean": round(sum(finite) / len(finite), 3) if finite else None}
 
@@ -125,7 +125,7 @@ def _plot_summary(calls: list[dict[str, Any]], path: Path) -> None:
     xs = list(range(1, len(calls) + 1))
     reasoning = [c["reasoning_tokens"] for c in calls]
     rest = [len(c["entropy"]) - c["reasoning_tokens"] for c in calls]
-    saved = [c.get("tokens_saved") or 0 for c in calls]
+    saved = [c.get("tokens_saved_upper_bound") or 0 for c in calls]
     with figure(path, "tokens per call", "tokens", (11, 3.4), legend_outside=True) as ax:
         ax.bar(xs, reasoning, color=REASONING, label="reasoning")
         ax.bar(xs, rest, bottom=reasoning, color=ANSWER, label="marker + answer")
@@ -143,7 +143,8 @@ def _img(path: Path, alt: str) -> str:
 def _call_section(i: int, call: dict[str, Any], png: Path) -> str:
     rows = [("reason", call.get("reason") or "-"), ("terminated early", call.get("terminated_early")),
             ("reasoning / answer tokens", f"{call['reasoning_tokens']} / {call['answer_tokens']}"),
-            ("tokens saved", call.get("tokens_saved", 0)), ("lock", (call.get("lock") or {}).get("step", "-")),
+            ("tokens saved (at most)", call.get("tokens_saved_upper_bound", 0)),
+            ("lock", (call.get("lock") or {}).get("step", "-")),
             ("exit", f"{call['exit']} @ {call['reasoning_tokens']}" if call.get("exit") else "-"),
             ("conversation", call.get("conversation_id") or "-"), ("KV bytes freed", call.get("kv_bytes_freed", 0))]
     table = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)

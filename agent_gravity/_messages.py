@@ -105,7 +105,7 @@ def _lock(lock: Lock | None) -> dict[str, Any] | None:
     return {"step": lock.step, "policy": lock.policy, "reason": lock.reason, "values": dict(lock.values)}
 
 
-def _tokens_saved(result: GenerationResult, budget: int) -> int:
+def _tokens_saved_upper_bound(result: GenerationResult, budget: int) -> int:
     """Tokens the budget still allowed where gravity cut the output: the reasoning budget left at an early exit,
     the whole budget left at a stopped loop; an upper bound on what the cut saved, 0 when nothing was cut."""
     steering = result.steering
@@ -145,7 +145,7 @@ def gravity_metadata(result: GenerationResult, budget: int) -> dict[str, Any]:
         "probe_failures": result.probe_failures,
         "reasoning_tokens": reasoning_tokens,
         "answer_tokens": answer_tokens,
-        "tokens_saved": _tokens_saved(result, budget),
+        "tokens_saved_upper_bound": _tokens_saved_upper_bound(result, budget),
         "answer_complete": answer_started and result.finish_reason == "stop" and not (steering and steering.stopped),
         "entropy": list(result.entropy),
         "entropy_mean": sum(finite) / len(finite) if finite else None,

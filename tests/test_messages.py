@@ -52,7 +52,7 @@ def test_gravity_metadata_reports_probes_and_a_stopped_loop():
     g = gravity_metadata(_result(steering, out), budget=64)
     assert g["enabled"] and g["terminated_early"] and g["reason"] == "loop"
     assert g["loop_stop"]["step"] == g["lock_step"] and g["loop_stop"]["policy"] == "loop"
-    assert g["tokens_saved"] == 64 - len(out), "a stopped loop saves the budget it had left"
+    assert g["tokens_saved_upper_bound"] == 64 - len(out), "a stopped loop saves the budget it had left"
     assert g["detail"].startswith("loop locked at token") and g["trigger"]["period"] == 2
     assert not g["answer_complete"], "a cut loop is not a finished answer"
     assert g["probes"] == 0 and g["probe_tokens"] == 0

@@ -417,7 +417,7 @@ class GravityReport(BaseModel):
     answer_tokens: int
     answer_complete: bool
     """False when the answer ran out of its budget or a loop in it was cut."""
-    tokens_saved: int | None = None
+    tokens_saved_upper_bound: int | None = None
     entropy: list[float | None]
     """Entropy (nats) of the distribution each generated token came from (null where none was seen)."""
     entropy_mean: float | None = None

@@ -20,7 +20,7 @@ from agent_gravity import __version__
 from agent_gravity.telemetry._spans import GRAVITY_PREFIX
 
 EXITS = GRAVITY_PREFIX + "exits"
-TOKENS_SAVED = GRAVITY_PREFIX + "tokens_saved"
+TOKENS_SAVED_UPPER_BOUND = GRAVITY_PREFIX + "tokens_saved_upper_bound"
 KV_BYTES_FREED = GRAVITY_PREFIX + "kv.bytes_freed"
 PROBE_FAILURES = GRAVITY_PREFIX + "probe_failures"
 _log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class _Instruments:
     duration: Histogram
     first_chunk: Histogram
     exits: Counter
-    tokens_saved: Histogram
+    tokens_saved_upper_bound: Histogram
     kv_freed: Histogram
     probe_failures: Counter
 
@@ -46,8 +46,8 @@ def _instruments() -> _Instruments:
         first_chunk=gen_ai_metrics.create_gen_ai_client_operation_time_to_first_chunk(meter),
         exits=meter.create_counter(EXITS, unit="{call}",
                                    description="Model calls by how their output ended (agent_gravity.reason)."),
-        tokens_saved=meter.create_histogram(
-            TOKENS_SAVED, unit="{token}",
+        tokens_saved_upper_bound=meter.create_histogram(
+            TOKENS_SAVED_UPPER_BOUND, unit="{token}",
             description="Tokens the budget still allowed where gravity cut a call's output (an upper bound)."),
         kv_freed=meter.create_histogram(KV_BYTES_FREED, unit="By",
                                         description="Bytes a session's KV cache gave up to 8-bit zones and trimming."),
@@ -81,7 +81,8 @@ def record_call(base: dict[str, Any], seconds: float, first_chunk: float | None,
         m.exits.add(1, {**base, GRAVITY_PREFIX + "reason": gravity["reason"],
                         GRAVITY_PREFIX + "terminated_early": gravity["terminated_early"]})
     if gravity["terminated_early"]:
-        m.tokens_saved.record(gravity["tokens_saved"], {**base, GRAVITY_PREFIX + "reason": gravity["reason"]})
+        m.tokens_saved_upper_bound.record(gravity["tokens_saved_upper_bound"],
+                                          {**base, GRAVITY_PREFIX + "reason": gravity["reason"]})
     freed = kv_bytes_freed(gravity)
     if freed:
         m.kv_freed.record(freed, base)

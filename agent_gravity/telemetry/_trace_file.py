@@ -58,7 +58,7 @@ def zone_of(policy: dict[str, Any] | None) -> dict[str, float]:
 def trace_record(header: dict[str, Any], gravity: dict[str, Any]) -> dict[str, Any]:
     """One call's line: ``header`` (model, response id, conversation, task, zone) and what gravity did."""
     keys = ("entropy", "reason", "terminated_early", "exit", "lock", "loop_stop", "reasoning_tokens",
-            "answer_tokens", "tokens_saved", "probe_steps", "answer_complete")
+            "answer_tokens", "tokens_saved_upper_bound", "probe_steps", "answer_complete")
     record = {"time": time.time(), **header, **{k: gravity.get(k) for k in keys},
               "kv_bytes_freed": kv_bytes_freed(gravity)}
     record["entropy"] = [e if math.isfinite(e) else None for e in record["entropy"]]  # JSON has no NaN

@@ -36,8 +36,8 @@ def test_each_call_inside_the_block_is_one_line_with_its_trace_and_decisions_and
         g = msg.response_metadata["gravity"]
         assert call["response_id"] == msg.id and call["model"] == "SmolLM2-135M-Instruct"
         assert len(call["entropy"]) == msg.usage_metadata["output_tokens"] == len(g["entropy"])
-        assert (call["reason"], call["lock"], call["exit"], call["tokens_saved"]) == (
-            g["reason"], g["lock"], g["exit"], g["tokens_saved"])
+        assert (call["reason"], call["lock"], call["exit"], call["tokens_saved_upper_bound"]) == (
+            g["reason"], g["lock"], g["exit"], g["tokens_saved_upper_bound"])
     assert [c["zone"] for c in calls] == [{"threshold": 1.2, "window": 8}] * 2 + [{"threshold": 1.0, "window": 10}], \
         "the default policy's windowed mean; the concept's 1 nat over 10 tokens for a policy that names none"
     assert calls[1]["conversation_id"] == "c1" and calls[2]["reason"] == "loop"
@@ -69,7 +69,8 @@ def test_the_report_shows_each_curve_its_zone_segments_and_a_summary(trace_file,
     assert page.count("<img ") == 4 and "Summary across 3 calls" in page
     assert all((tmp_path / f"call-00{i}.png").stat().st_size > 10_000 for i in (1, 2, 3))
     totals = json.loads((tmp_path / "summary.json").read_text())
-    assert totals["tokens_saved"] == sum(m.response_metadata["gravity"]["tokens_saved"] for m in messages)
+    saved = sum(m.response_metadata["gravity"]["tokens_saved_upper_bound"] for m in messages)
+    assert totals["tokens_saved_upper_bound"] == saved
     assert totals["early_exits"].get("loop") == 1
     first = load_trace(path)[0]
     seg = segments(first)
