@@ -317,6 +317,25 @@ def _bench_serve(args: argparse.Namespace) -> int:
     return _print_report(args, report, serve.table, "serve", "per_request")
 
 
+def _bench_soak(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agent_gravity.bench import soak
+
+    bar = tqdm(total=args.requests, desc="starting", file=sys.stderr, unit="request")
+
+    def advance(message: str) -> None:
+        bar.set_description(message)
+        if message.endswith("requests"):
+            bar.n = int(message.split("/")[0])
+            bar.refresh()
+
+    with contextlib.redirect_stdout(sys.stderr):
+        report = soak.main(Path(args.out), args.requests, args.concurrency, args.seed, args.model, advance)
+    bar.close()
+    return _print_report(args, report, soak.table, "soak", "per_request")
+
+
 _KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity", "head_entropy_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 
@@ -400,6 +419,13 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
     srv.add_argument("--out", default="artifacts/bench", help="folder for serve.json, serve.png and server logs")
     srv.set_defaults(run=_bench_serve)
+    soak = benches.add_parser("soak", help="the gravity proxy under a long mixed load: plain, streams, tools, "
+                                         "structured output, clients that leave and bad bodies")
+    soak.add_argument("--requests", type=int, default=2000, help="requests through the proxy (default 2000)")
+    soak.add_argument("--concurrency", type=int, default=16, help="requests in flight at once (default 16)")
+    soak.add_argument("--seed", type=int, default=0, help="the mix of request kinds (default 0)")
+    _report_arguments(soak, "soak")
+    soak.set_defaults(run=_bench_soak)
     rep = commands.add_parser("report", help="render an entropy trace file as an HTML report with PNG figures")
     rep.add_argument("trace", help="a JSONL entropy trace (TelemetryConfig(trace_file=...) or entropy_trace())")
     rep.add_argument("--out", default="artifacts/report", help="folder for report.html and its PNGs")

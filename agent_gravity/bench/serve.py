@@ -128,7 +128,7 @@ async def _stream(client: httpx.AsyncClient, url: str, model: str, index: int, t
                 return timed
             async for line in response.aiter_lines():
                 if (event := sse_data(line)) is not None:
-                    _read_event(timed, event, start)
+                    read_event(timed, event, start)
         timed.total_s = time.perf_counter() - start
         timed.ok = timed.finish_reason is not None and timed.completion_tokens is not None
         if not timed.ok:
@@ -138,7 +138,7 @@ async def _stream(client: httpx.AsyncClient, url: str, model: str, index: int, t
     return timed
 
 
-def _read_event(timed: Timed, event: dict[str, Any], start: float) -> None:
+def read_event(timed: Timed, event: dict[str, Any], start: float) -> None:
     if "error" in event:
         timed.error = str(event["error"])
         return
