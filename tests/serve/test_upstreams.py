@@ -23,7 +23,7 @@ MODEL = "SmolLM2-135M-Instruct"
 def proxied(vllm_servers):
     """The proxy on loopback, spreading requests over both plugin servers; yields its /v1 URL."""
     model = ChatGravity(base_url=[vllm_servers["plugin"], vllm_servers["plugin_b"]])
-    with serving(create_app(model)) as url:
+    with serving(create_app(model, client_settings=CLIENT_SETTINGS | {"reasoning"})) as url:  # load_test turns it off
         yield url + "/v1", model
 
 
