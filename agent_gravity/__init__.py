@@ -16,6 +16,8 @@ _EXPORTS = {
     "ReasoningFormat": "agent_gravity._config",
     "ProbeConfig": "agent_gravity._config",
     "KVConfig": "agent_gravity._config",
+    "ComputeConfig": "agent_gravity._config",
+    "SpeculationConfig": "agent_gravity._config",
     "TelemetryConfig": "agent_gravity._config",
     "setup_tracing": "agent_gravity.telemetry._export",
     "entropy_trace": "agent_gravity.telemetry._trace_file",
@@ -45,7 +47,15 @@ __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
     from agent_gravity._chat_model import ChatGravity
-    from agent_gravity._config import GravityConfig, KVConfig, ProbeConfig, ReasoningFormat, TelemetryConfig
+    from agent_gravity._config import (
+        ComputeConfig,
+        GravityConfig,
+        KVConfig,
+        ProbeConfig,
+        ReasoningFormat,
+        SpeculationConfig,
+        TelemetryConfig,
+    )
     from agent_gravity._convergence import ConvergenceConfig
     from agent_gravity._errors import (
         ContextLengthError,

@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
 from agent_gravity import _model_store
 from agent_gravity._compaction import compact_history
-from agent_gravity._config import NATIVE_THINK, GravityConfig, KVConfig, ReasoningFormat, TelemetryConfig
+from agent_gravity._config import NATIVE_THINK, ComputeConfig, GravityConfig, KVConfig, ReasoningFormat, TelemetryConfig
 from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
 from agent_gravity._profile import load_profile, profile_path
@@ -44,6 +44,7 @@ from agent_gravity._tools import (
     with_tools,
 )
 from agent_gravity._tools import tool_choice as _tool_choice
+from agent_gravity.backends._speculation import DraftSpec
 from agent_gravity.backends.base import (
     Backend,
     GenerationDelta,
@@ -55,7 +56,8 @@ from agent_gravity.backends.base import (
     drain,
 )
 
-_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model", "conversation_id")
+_OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model", "conversation_id",
+              "compute")
 _PER_CALL_ONLY = ("response_format", "ls_structured_output_format", "tools", "tool_choice")
 
 
@@ -137,6 +139,18 @@ def local_backend(model: str | None = None, **settings: Any) -> Backend:
     return shared_backend(EngineSettings(str(folder), **settings), name)
 
 
+def _draft_spec(compute: ComputeConfig | None, backend: Backend) -> DraftSpec | None:
+    """The backend's drafting settings for ``compute``; InvalidCallOptionError when the backend cannot draft."""
+    if compute is None or compute.speculate is None:
+        return None
+    if not getattr(backend, "speculates", False):
+        raise InvalidCallOptionError(
+            f"ComputeConfig(speculate=...) needs a backend that drafts in its own decode loop (TransformersBackend); "
+            f"the {backend.provider} backend cannot check drafts per request: on vLLM use its own speculative decoding "
+            "(`vllm serve --speculative-config '{\"method\": \"ngram\", ...}'`), or pass compute=None")
+    return DraftSpec(**compute.speculate.model_dump())
+
+
 class ChatGravity(BaseChatModel):
     """Chat model that watches next-token entropy and ends reasoning once it has locked in.
 
@@ -173,6 +187,9 @@ class ChatGravity(BaseChatModel):
     """The servers' API key (sent as a bearer token)."""
     kv: KVConfig | None = None
     """Trim each conversation's KV cache as it grows (needs a backend with session caches: transformers)."""
+    compute: ComputeConfig | None = None
+    """Make the tokens inside gravity zones cheaper (needs a backend that drafts: transformers); also a per-call
+    option."""
     conversation_id: str | None = None
     """Keep this conversation's KV cache across calls on a backend that has sessions (transformers), so an
     unchanged history is never prefilled again; also a per-call option. The vLLM backend reuses unchanged
@@ -321,6 +338,7 @@ class ChatGravity(BaseChatModel):
             chat = compact_history(chat, self.kv.compact_tool_outputs)
         chat = with_tools(chat, tools.offered if tools else ())
         backend = self._backend_for(opts["model"])
+        speculation = _draft_spec(opts["compute"], backend)
         fmt = self._format(backend, config)
         prefill, ids = "", None
         if fmt is not None:
@@ -355,7 +373,8 @@ class ChatGravity(BaseChatModel):
                 f"kv trimming needs a backend with session KV caches (TransformersBackend); the {backend.provider} "
                 "backend reuses unchanged history through its prefix cache instead; use KVConfig(trim=False, "
                 "compact_tool_outputs=1) there, or change backend")
-        request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"])
+        request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"],
+                                    speculation=speculation)
         return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
 
     @staticmethod

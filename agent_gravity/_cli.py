@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 
 def _quiet_engine_logs() -> None:
@@ -215,22 +215,40 @@ def _bench_agents(args: argparse.Namespace) -> int:
     return _print_report(args, report, agents.table, "agents", "tasks")
 
 
-def _bench_kv(args: argparse.Namespace) -> int:
+def _transformers_backend(model: str | None) -> Any:
+    """The transformers backend on ``--model`` (a local folder) or the embedded model."""
     from agent_gravity import _model_store
     from agent_gravity.backends.local_transformers import TransformersBackend, TransformersSettings
+
+    folder = _model_store.pull() if model is None else Path(model).expanduser().resolve()
+    return TransformersBackend(TransformersSettings(str(folder)), None if model else _model_store.DEFAULT_MODEL.name)
+
+
+def _bench_kv(args: argparse.Namespace) -> int:
     from agent_gravity.bench import kv
     from agent_gravity.bench.kv_tasks import generate_transcripts
 
     if args.transcripts < 1 or any(b <= 1 for b in args.budgets):
         raise SystemExit("--transcripts must be at least 1 and every --budgets value above 1 (2 4 8: x fewer bytes)")
     transcripts = generate_transcripts(args.transcripts, args.seed, args.noise_lines)
-    folder = _model_store.pull() if args.model is None else Path(args.model).expanduser().resolve()
     with contextlib.redirect_stdout(sys.stderr):
-        backend = TransformersBackend(TransformersSettings(str(folder)), None if args.model else
-                                      _model_store.DEFAULT_MODEL.name)
+        backend = _transformers_backend(args.model)
         report = kv.main(backend, transcripts, args.policies, args.budgets, Path(args.out),
                          lambda t: print(f"transcript {t}", file=sys.stderr))
     return _print_report(args, report, kv.table, "kv", "rows")
+
+
+def _bench_groups(args: argparse.Namespace) -> int:
+    from agent_gravity.bench import groups
+
+    if args.items < 0 or args.per_kind < 0 or args.items + args.per_kind == 0:
+        raise SystemExit("--items and --per-kind must be 0 or more, and not both 0")
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = _transformers_backend(args.model)
+        chosen = [groups.FULL, *[g for g in args.groups if g != groups.FULL]]
+        report = groups.main(backend, args.items, args.per_kind, chosen, Path(args.out),
+                             lambda s: print(s, file=sys.stderr))
+    return _print_report(args, report, groups.table, "groups", "runs")
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -410,6 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
     _report_arguments(kvp, "kv")
     kvp.set_defaults(run=_bench_kv)
+    grp = benches.add_parser("groups", help="compute groups inside gravity zones (lossless drafting) against the "
+                                            "full group, on the transformers backend")
+    grp.add_argument("--items", type=int, default=60, help="savings-set reasoning items (default 60; 0: none)")
+    grp.add_argument("--per-kind", type=int, default=15,
+                     help="long structured outputs per kind, 4 kinds (default 15; 0: none)")
+    grp.add_argument("--groups", nargs="+", default=["full", "lossless"], choices=["full", "lossless"],
+                     help="groups to run; full always runs, as the reference")
+    _report_arguments(grp, "groups")
+    grp.set_defaults(run=_bench_groups)
     srv = benches.add_parser("serve", help="the vLLM plugin's overhead, and the gravity proxy under load")
     srv.add_argument("--streams", type=int, default=64, help="concurrent streams through the proxy (default 64)")
     srv.add_argument("--requests", type=int, default=256, help="requests through the proxy (default 256)")

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent_gravity._limits import MAX_NATS, MAX_TEXT, MAX_TOKENS, MAX_WINDOW, bounded
+from agent_gravity._limits import MAX_DRAFT, MAX_NATS, MAX_TEXT, MAX_TOKENS, MAX_WINDOW, bounded
 from agent_gravity._probe import PROBE_LIMITS, ProbeSpec
 from agent_gravity.policies import policy_from_spec
 
@@ -166,6 +166,33 @@ class KVConfig(BaseModel):
 
         trim_policy_from_spec(spec)  # raises ValueError naming the known policies
         return spec
+
+
+class SpeculationConfig(BaseModel):
+    """Lossless self-speculation inside gravity zones (transformers backend).
+
+    While the mean next-token entropy of the last ``window`` tokens is under ``below`` nats, the tokens that
+    followed the latest earlier occurrence of the last ``ngram`` tokens (in the prompt or output) are drafted,
+    up to ``max_draft`` at a time (adapted to the measured acceptance), and checked in the same forward pass
+    as the next token. A draft token is kept only when the token sampled at its position is that token, so
+    the output is the model's own at any temperature.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    below: float = Field(1.0, gt=0, le=MAX_NATS, allow_inf_nan=False)
+    window: int = Field(4, ge=1, le=MAX_WINDOW)
+    max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
+    ngram: int = Field(3, ge=1, le=MAX_DRAFT)
+
+
+class ComputeConfig(BaseModel):
+    """Making the tokens inside a gravity zone cheaper: ``speculate`` drafts and checks them in one pass
+    (lossless); None turns it off."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    speculate: SpeculationConfig | None = Field(default_factory=SpeculationConfig)
 
 
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

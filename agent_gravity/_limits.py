@@ -19,6 +19,8 @@ MAX_REPEATS = 16
 MAX_PROBES = 64
 """Probes per call (each is a short request of its own)."""
 MAX_PROBE_TOKENS = 256
+MAX_DRAFT = 64
+"""Tokens drafted at once (each is a position of the next forward pass)."""
 MAX_POOL = 64
 """Pooling width over attention scores (KV trimming)."""
 MAX_POLICIES = 16

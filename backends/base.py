@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from agent_gravity._steering import Steering, SteeringSpec
+from agent_gravity.backends._speculation import DraftSpec, SpeculationReport
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class GenerationRequest:
     """Seconds the whole generation may take; past it the request is aborted with EngineTimeoutError."""
     session: str | None = None
     """A conversation id: a backend that keeps session KV caches reuses this conversation's cache."""
+    speculation: DraftSpec | None = None
+    """Draft tokens inside gravity zones and check them in one pass (a backend with ``speculates``); the
+    output stays the model's own."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,8 @@ class GenerationResult:
     (NaN where the token was written by the steering, with no distribution seen). None: ``entropy`` is exact."""
     probe_failures: int = 0
     """Answer probes that failed (a refused key, a server error): each confirmed nothing."""
+    speculation: SpeculationReport | None = None
+    """What drafting inside gravity zones did; None when the request asked for none."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from agent_gravity.backends._ragged_cache import RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
 from agent_gravity.backends._sessions import KVSession, SessionStore
+from agent_gravity.backends._speculation import Drafter
 from agent_gravity.backends._steered_rows import SteeredRows, Track
 from agent_gravity.backends.base import (
     GenerationDelta,
@@ -97,6 +98,8 @@ class TransformersBackend(HFTokenizerMethods):
     """transformers in this process: exact per-token entropy, gravity exits, one request at a time."""
 
     provider = "transformers"
+    speculates = True
+    """Honours ``GenerationRequest.speculation``: drafts inside gravity zones, checked in one pass."""
 
     def __init__(self, settings: TransformersSettings, model_name: str | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -136,6 +139,10 @@ class TransformersBackend(HFTokenizerMethods):
 
     def forward(self, ids: Sequence[int], cache: RaggedCache) -> torch.Tensor:
         """Feed ``ids`` after what ``cache`` holds; return the last position's logits ``[vocab]``."""
+        return self.forward_rows(ids, cache)[-1]
+
+    def forward_rows(self, ids: Sequence[int], cache: RaggedCache) -> torch.Tensor:
+        """Feed ``ids`` after what ``cache`` holds; return every fed position's logits ``[len(ids), vocab]``."""
         q, start = len(ids), cache.next_position
         positions = torch.arange(start, start + q, device=self._device).unsqueeze(0)
         # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
@@ -145,7 +152,7 @@ class TransformersBackend(HFTokenizerMethods):
                               position_ids=positions, attention_mask=unused_mask, use_cache=True)
         cache.advance(q)
         cache.record_entropy(start, _entropies(out.logits[0]))
-        return out.logits[0, -1].float()
+        return out.logits[0].float()
 
     def new_cache(self) -> RaggedCache:
         return RaggedCache(*self._shape)
@@ -273,7 +280,8 @@ def _as_list(value: Any) -> list[int]:
 
 
 class _Decode:
-    """One request's decode loop: prefill what the cache lacks, then one steered, sampled token per step."""
+    """One request's decode loop: prefill what the cache lacks, then one steered, sampled token per step (inside
+    gravity zones, with drafted tokens checked in the same pass: see ``_speculation``)."""
 
     def __init__(self, backend: TransformersBackend, request: GenerationRequest) -> None:
         self.backend, self.request = backend, request
@@ -289,6 +297,10 @@ class _Decode:
         self.deadline = None if request.timeout is None else time.monotonic() + request.timeout
         if self.steering is not None and self.steering.probes is not None:
             self.steering.prober = self._probe
+        self.drafter = Drafter(request.speculation) if request.speculation is not None else None
+        self.pending: list[int] = []
+        """Drafted tokens fed after the last decided one, not yet checked; ``rows``: the logits after each."""
+        self.rows: list[torch.Tensor] = []
 
     def run(self) -> Iterator[StreamItem]:
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -313,10 +325,36 @@ class _Decode:
             if stop_at is not None:
                 finish = "stop"
                 break
-            logits = self.backend.forward([token], self.cache)
+            logits = self._after(token)
+        self._drop_pending()
+        if self.drafter is not None:
+            self.drafter.close()
         yield GenerationResult(response_id=response_id, token_ids=list(self.output), text=text, finish_reason=finish,
                                prompt_tokens=len(self.request.prompt_ids), entropy=list(self.entropy),
-                               steering=self.steering, logprobs=self.logprobs, session=self._close_session())
+                               steering=self.steering, logprobs=self.logprobs, session=self._close_session(),
+                               speculation=self.drafter.report if self.drafter is not None else None)
+
+    def _after(self, token: int) -> torch.Tensor:
+        """The logits after ``token``: those of its drafted position when the draft guessed it, else from a
+        forward pass that carries a new draft behind it inside a gravity zone."""
+        if self.pending and self.pending[0] == token:
+            self.pending.pop(0)
+            self.drafter.kept(len(self.output) - 1)
+            return self.rows.pop(0)
+        self._drop_pending()
+        draft = []
+        if self.drafter is not None:
+            room = self.s.max_tokens - len(self.output) - 1
+            draft = self.drafter.draft([*self.request.prompt_ids, *self.output], self.cache.entropy, room)
+        rows = self.backend.forward_rows([token, *draft], self.cache)
+        self.pending, self.rows = draft, list(rows[1:])
+        return rows[0]
+
+    def _drop_pending(self) -> None:
+        """Crop the drafted tokens not checked yet (a miss, a probe, the end) from the cache."""
+        if self.pending:
+            self.cache.crop(-len(self.pending))
+            self.pending, self.rows = [], []
 
     def _close_session(self) -> SessionReport | None:
         """Record what the session's cache now holds: the prompt and every output token fed back."""
@@ -356,6 +394,7 @@ class _Decode:
         """Answer probe: greedy tokens after ``generated`` up to a line break, on this cache, then undone."""
         steering = self.steering
         assert steering is not None and steering.probes is not None
+        self._drop_pending()
         keep = self.cache.get_seq_length()  # the prompt and the output so far
         logits = self.backend.forward(generated[len(self.output):], self.cache)
         ids: list[int] = []

@@ -1,4 +1,5 @@
-"""Span events: where gravity locked, where reasoning ended, where a loop was stopped, what a KV trim freed.
+"""Span events: where gravity locked, where reasoning ended, where a loop was stopped, what a KV trim freed,
+what drafting in gravity zones kept.
 
 Pure functions of a call's ``response_metadata["gravity"]``; each event carries the step (the output
 token it happened at) and the values behind the decision.
@@ -10,7 +11,8 @@ from typing import Any
 
 from agent_gravity.telemetry._spans import GRAVITY_PREFIX
 
-LOCK, EXIT, LOOP_STOP, KV_TRIM = (GRAVITY_PREFIX + n for n in ("lock", "exit", "loop_stop", "kv_trim"))
+LOCK, EXIT, LOOP_STOP, KV_TRIM, SPECULATION = (GRAVITY_PREFIX + n for n in ("lock", "exit", "loop_stop", "kv_trim",
+                                                                             "speculation"))
 
 
 def _lock_event(lock: dict[str, Any]) -> dict[str, Any]:
@@ -40,4 +42,9 @@ def gravity_events(gravity: dict[str, Any], output_tokens: int) -> list[tuple[st
                                      GRAVITY_PREFIX + "kv.bytes_after": report["bytes_after"],
                                      GRAVITY_PREFIX + "kv.entries_before": report["entries_before"],
                                      GRAVITY_PREFIX + "kv.entries_after": report["entries_after"]}))
+    speculation = (gravity.get("compute") or {}).get("speculation")
+    if speculation and speculation["drafted"]:  # drafting inside gravity zones: what it drafted and kept
+        events.append((SPECULATION, {GRAVITY_PREFIX + "step": output_tokens,
+                                     **{GRAVITY_PREFIX + "speculation." + k: speculation[k]
+                                        for k in ("drafted", "accepted", "passes")}}))
     return events
