@@ -18,6 +18,9 @@ _EXPORTS = {
     "KVConfig": "agent_gravity._config",
     "ComputeConfig": "agent_gravity._config",
     "SpeculationConfig": "agent_gravity._config",
+    "ZoneKVConfig": "agent_gravity._config",
+    "LayerSkipConfig": "agent_gravity._config",
+    "Top2Config": "agent_gravity._config",
     "TelemetryConfig": "agent_gravity._config",
     "setup_tracing": "agent_gravity.telemetry._export",
     "entropy_trace": "agent_gravity.telemetry._trace_file",
@@ -51,10 +54,13 @@ if TYPE_CHECKING:
         ComputeConfig,
         GravityConfig,
         KVConfig,
+        LayerSkipConfig,
         ProbeConfig,
         ReasoningFormat,
         SpeculationConfig,
         TelemetryConfig,
+        Top2Config,
+        ZoneKVConfig,
     )
     from agent_gravity._convergence import ConvergenceConfig
     from agent_gravity._errors import (

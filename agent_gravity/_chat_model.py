@@ -44,7 +44,8 @@ from agent_gravity._tools import (
     with_tools,
 )
 from agent_gravity._tools import tool_choice as _tool_choice
-from agent_gravity.backends._speculation import DraftSpec
+from agent_gravity.backends._compute import ComputeSpec
+from agent_gravity.backends._layer_skip import SkipSpec
 from agent_gravity.backends.base import (
     Backend,
     GenerationDelta,
@@ -139,16 +140,25 @@ def local_backend(model: str | None = None, **settings: Any) -> Backend:
     return shared_backend(EngineSettings(str(folder), **settings), name)
 
 
-def _draft_spec(compute: ComputeConfig | None, backend: Backend) -> DraftSpec | None:
-    """The backend's drafting settings for ``compute``; InvalidCallOptionError when the backend cannot draft."""
-    if compute is None or compute.speculate is None:
+def _compute_spec(compute: ComputeConfig | None, backend: Backend) -> ComputeSpec | None:
+    """The backend's zone-compute settings for ``compute``; InvalidCallOptionError when the backend cannot act in
+    its decode loop."""
+    if compute is None:
         return None
-    if not getattr(backend, "speculates", False):
+    if not getattr(backend, "zone_compute", False):
         raise InvalidCallOptionError(
-            f"ComputeConfig(speculate=...) needs a backend that drafts in its own decode loop (TransformersBackend); "
-            f"the {backend.provider} backend cannot check drafts per request: on vLLM use its own speculative decoding "
-            "(`vllm serve --speculative-config '{\"method\": \"ngram\", ...}'`), or pass compute=None")
-    return DraftSpec(**compute.speculate.model_dump())
+            f"ComputeConfig needs a backend that acts inside gravity zones in its own decode loop "
+            f"(TransformersBackend); the {backend.provider} backend cannot change compute per request. vLLM's own "
+            "options are engine-wide (`--kv-cache-dtype fp8` for every entry), and its speculative decoding "
+            "(`--speculative-config`) refuses custom logits processors, gravity's included; pass compute=None here")
+    spec = compute.spec()
+    for name, layers in (("skip", spec.skip), ("speculate.layers", spec.draft and spec.draft.layers)):
+        try:
+            if layers:
+                backend.skip_layers(layers if isinstance(layers, SkipSpec) else SkipSpec(layers=layers))
+        except ValueError as exc:
+            raise InvalidCallOptionError(f"ComputeConfig.{name}: {exc}") from exc
+    return spec
 
 
 class ChatGravity(BaseChatModel):
@@ -338,7 +348,7 @@ class ChatGravity(BaseChatModel):
             chat = compact_history(chat, self.kv.compact_tool_outputs)
         chat = with_tools(chat, tools.offered if tools else ())
         backend = self._backend_for(opts["model"])
-        speculation = _draft_spec(opts["compute"], backend)
+        compute = _compute_spec(opts["compute"], backend)
         fmt = self._format(backend, config)
         prefill, ids = "", None
         if fmt is not None:
@@ -374,7 +384,7 @@ class ChatGravity(BaseChatModel):
                 "backend reuses unchanged history through its prefix cache instead; use KVConfig(trim=False, "
                 "compact_tool_outputs=1) there, or change backend")
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"],
-                                    speculation=speculation)
+                                    compute=compute)
         return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
 
     @staticmethod

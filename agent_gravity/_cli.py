@@ -356,6 +356,8 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
 _KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity", "head_entropy_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
+_GROUPS = ("full", "lossless", "lossless+layers", "kv8", "kv4", "skip", "skip+kv8", "skip10", "top2")
+"""bench groups' groups (agent_gravity.bench.groups.GROUPS), listed here for the same reason."""
 
 
 def _report_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -428,13 +430,15 @@ def build_parser() -> argparse.ArgumentParser:
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
     _report_arguments(kvp, "kv")
     kvp.set_defaults(run=_bench_kv)
-    grp = benches.add_parser("groups", help="compute groups inside gravity zones (lossless drafting) against the "
-                                            "full group, on the transformers backend")
+    grp = benches.add_parser("groups", help="compute groups inside gravity zones (lossless drafting, KV in 8 or 4 "
+                                            "bits, skipped layers, top-2) against the full group, on the "
+                                            "transformers backend")
     grp.add_argument("--items", type=int, default=60, help="savings-set reasoning items (default 60; 0: none)")
     grp.add_argument("--per-kind", type=int, default=15,
                      help="long structured outputs per kind, 4 kinds (default 15; 0: none)")
-    grp.add_argument("--groups", nargs="+", default=["full", "lossless"], choices=["full", "lossless"],
-                     help="groups to run; full always runs, as the reference")
+    grp.add_argument("--groups", nargs="+", default=list(_GROUPS), choices=_GROUPS,
+                     help="groups to run (default: all); full always runs, as the reference; top2 runs on the "
+                          "savings items at temperature 0.7")
     _report_arguments(grp, "groups")
     grp.set_defaults(run=_bench_groups)
     srv = benches.add_parser("serve", help="the vLLM plugin's overhead, and the gravity proxy under load")

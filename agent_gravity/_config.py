@@ -9,8 +9,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent_gravity._limits import MAX_DRAFT, MAX_NATS, MAX_TEXT, MAX_TOKENS, MAX_WINDOW, bounded
+from agent_gravity._limits import MAX_DRAFT, MAX_LAYERS, MAX_NATS, MAX_TEXT, MAX_TOKENS, MAX_WINDOW, bounded
 from agent_gravity._probe import PROBE_LIMITS, ProbeSpec
+from agent_gravity.backends._compute import ComputeSpec
+from agent_gravity.backends._layer_skip import SkipSpec
+from agent_gravity.backends._speculation import DraftSpec
+from agent_gravity.backends._top2 import Top2Spec
+from agent_gravity.backends._zone_kv import ZoneKVSpec
 from agent_gravity.policies import policy_from_spec
 
 
@@ -171,28 +176,81 @@ class KVConfig(BaseModel):
 class SpeculationConfig(BaseModel):
     """Lossless self-speculation inside gravity zones (transformers backend).
 
-    While the mean next-token entropy of the last ``window`` tokens is under ``below`` nats, the tokens that
-    followed the latest earlier occurrence of the last ``ngram`` tokens (in the prompt or output) are drafted,
-    up to ``max_draft`` at a time (adapted to the measured acceptance), and checked in the same forward pass
-    as the next token. A draft token is kept only when the token sampled at its position is that token, so
-    the output is the model's own at any temperature.
+    The tokens that followed the latest earlier occurrence of the last ``ngram`` tokens (in the prompt or output)
+    are drafted, up to ``max_draft`` at a time (adapted to the measured acceptance), and checked in the same
+    forward pass as the next token; with ``layers``, the layer-skipped model drafts where the context has no match. A draft token is kept only when the token sampled at its position is that
+    token, so the output is the model's own at any temperature.
     """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
+    ngram: int = Field(3, ge=1, le=MAX_DRAFT)
+    layers: tuple[int, ...] | None = Field(None, min_length=1, max_length=MAX_LAYERS)
+    """Where the context has no match, the model drafts itself with these decoder layers skipped (0-based; the
+    check still runs the full model, so the output stays its own); None: context drafts only."""
+
+
+class ZoneKVConfig(BaseModel):
+    """KV entries written inside a gravity zone are stored in ``bits`` bits as decoding goes (one scale per entry
+    at 8 bits, per 32 values at 4), except the ``recent`` newest, which stay at full precision (KIVI's residual
+    window); packing runs every ``every`` tokens."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bits: Literal[8, 4] = 8
+    recent: int = Field(32, ge=1, le=MAX_TOKENS)
+    every: int = Field(16, ge=1, le=MAX_TOKENS)
+
+
+class LayerSkipConfig(BaseModel):
+    """Lossy: inside a gravity zone each token is computed without some decoder layers, unchecked. ``layers``
+    names them (0-based); None skips the middle ``fraction`` of the model's layers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    fraction: float = Field(0.25, gt=0, lt=1)
+    layers: tuple[int, ...] | None = Field(None, min_length=1, max_length=MAX_LAYERS)
+
+
+class Top2Config(BaseModel):
+    """Inside a gravity zone at temperature > 0, sample among the top two tokens alone when the first leads the
+    second by at least ``margin`` in probability."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    margin: float = Field(0.5, gt=0, lt=1)
+
+
+class ComputeConfig(BaseModel):
+    """Making the tokens inside a gravity zone cheaper (transformers backend). A zone: the mean next-token entropy
+    of the last ``window`` tokens is under ``below`` nats. Inside it, ``speculate`` drafts and checks tokens in
+    one pass (lossless, on by default); ``kv`` stores the zone's KV entries in fewer bits; ``skip`` skips middle
+    layers (lossy); ``top2`` samples among the top two. None turns an action off."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     below: float = Field(1.0, gt=0, le=MAX_NATS, allow_inf_nan=False)
     window: int = Field(4, ge=1, le=MAX_WINDOW)
-    max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
-    ngram: int = Field(3, ge=1, le=MAX_DRAFT)
-
-
-class ComputeConfig(BaseModel):
-    """Making the tokens inside a gravity zone cheaper: ``speculate`` drafts and checks them in one pass
-    (lossless); None turns it off."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
     speculate: SpeculationConfig | None = Field(default_factory=SpeculationConfig)
+    kv: ZoneKVConfig | None = None
+    skip: LayerSkipConfig | None = None
+    top2: Top2Config | None = None
+
+    @model_validator(mode="after")
+    def _lossless_or_not(self) -> ComputeConfig:
+        if self.speculate is not None and self.skip is not None:
+            raise ValueError("skip computes zone tokens without some layers, unchecked, while speculate promises the "
+                             "model's own output: set speculate=None to skip layers, or skip=None")
+        return self
+
+    def spec(self) -> ComputeSpec:
+        """The engine-side form."""
+        def part(cls: type, config: BaseModel | None) -> Any:
+            return None if config is None else cls(**config.model_dump())
+
+        return ComputeSpec(self.below, self.window, part(DraftSpec, self.speculate), part(ZoneKVSpec, self.kv),
+                           part(SkipSpec, self.skip), part(Top2Spec, self.top2))
 
 
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -21,6 +21,8 @@ MAX_PROBES = 64
 MAX_PROBE_TOKENS = 256
 MAX_DRAFT = 64
 """Tokens drafted at once (each is a position of the next forward pass)."""
+MAX_LAYERS = 1_024
+"""Decoder layers a skip list may name."""
 MAX_POOL = 64
 """Pooling width over attention scores (KV trimming)."""
 MAX_POLICIES = 16

@@ -150,5 +150,5 @@ def gravity_metadata(result: GenerationResult, budget: int) -> dict[str, Any]:
         "entropy": list(result.entropy),
         "entropy_mean": sum(finite) / len(finite) if finite else None,
         "kv_blocks": dataclasses.asdict(result.kv_blocks) if result.kv_blocks else None,
-        "compute": {"speculation": result.speculation.as_dict()} if result.speculation else None,
+        "compute": result.compute.as_dict() if result.compute else None,
     }

@@ -7,8 +7,8 @@ and records the original position of each entry. For attention it lays the heads
 for that call only, and the ``agent_gravity_ragged`` attention function masks the padding per head.
 It also keeps the last ``window`` query vectors per layer: what trim policies score keys with.
 
-Entries can be stored in 8 bits (``quantize``): symmetric int8 with one scale per entry, per head,
-for keys and values alike. They are dequantized into the padded layout of each call only, and
+Entries can be stored in 8 or 4 bits (``quantize``): symmetric, one scale per entry (8 bits) or per 32
+values (4 bits), per head, for keys and values alike. They are dequantized into the padded layout of each call only, and
 attention does not care about the order of entries (RoPE is applied before they are cached).
 """
 
@@ -27,9 +27,11 @@ _ACTIVE: contextvars.ContextVar[RaggedCache | None] = contextvars.ContextVar("ag
 
 
 @dataclass
-class Int8KV:
-    """Entries stored in 8 bits: ``x ~ q * scale``, one scale per entry for keys and one for values."""
+class PackedKV:
+    """Entries stored in ``bits`` bits (8, or 4 with two to a byte): ``x ~ q * scale``, symmetric, with one
+    scale per ``dim / groups`` values of each entry, for keys and values alike."""
 
+    bits: int
     keys: torch.Tensor
     key_scales: torch.Tensor
     values: torch.Tensor
@@ -37,44 +39,70 @@ class Int8KV:
     positions: torch.Tensor
 
     @classmethod
-    def pack(cls, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> Int8KV:
-        k, ks = _int8(keys)
-        v, vs = _int8(values)
-        return cls(k, ks, v, vs, positions.clone())
+    def pack(cls, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, bits: int = 8) -> PackedKV:
+        k, ks = quantize_rows(keys, bits)
+        v, vs = quantize_rows(values, bits)
+        return cls(bits, k, ks, v, vs, positions.clone())
 
     def unpack(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values ``[n, dim]`` in ``dtype``."""
-        return self.keys.to(dtype) * self.key_scales, self.values.to(dtype) * self.value_scales
+        return (dequantize_rows(self.keys, self.key_scales, self.bits, dtype),
+                dequantize_rows(self.values, self.value_scales, self.bits, dtype))
 
-    def where(self, keep: torch.Tensor) -> Int8KV:
+    def where(self, keep: torch.Tensor) -> PackedKV:
         """Only the entries where the boolean ``keep`` holds, as new tensors."""
-        return Int8KV(*(t[keep].clone() for t in (self.keys, self.key_scales, self.values, self.value_scales,
-                                                  self.positions)))
+        return PackedKV(self.bits, *(t[keep].clone() for t in self.tensors()))
 
-    def cat(self, other: Int8KV) -> Int8KV:
-        return Int8KV(*(torch.cat([a, b]) for a, b in zip(
-            (self.keys, self.key_scales, self.values, self.value_scales, self.positions),
-            (other.keys, other.key_scales, other.values, other.value_scales, other.positions))))
+    def cat(self, other: PackedKV) -> PackedKV:
+        assert other.bits == self.bits
+        return PackedKV(self.bits, *(torch.cat([a, b]) for a, b in zip(self.tensors(), other.tensors())))
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.keys, self.key_scales, self.values, self.value_scales, self.positions
 
 
-def _int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row int8: the values and the ``[n, 1]`` scales (in ``x``'s dtype)."""
-    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / 127
-    return torch.round(x / scale).clamp(-127, 127).to(torch.int8), scale
+GROUP = {8: None, 4: 32}
+"""Values per scale, by bit width: 8 bits take one scale per entry; 4 bits one per 32 values (KIVI's group size
+for its per-token values), or per entry when the head dimension is smaller."""
+
+
+def quantize_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric quantization of ``[n, dim]`` rows in groups: the codes (int8, or uint8 holding two 4-bit codes)
+    and the ``[n, groups]`` scales in ``x``'s dtype."""
+    if bits not in GROUP:
+        raise ValueError(f"KV entries can be stored in 8 or 4 bits, not {bits}")
+    n, dim = x.shape
+    group = GROUP[bits] if GROUP[bits] and dim % GROUP[bits] == 0 else dim
+    top = 2 ** (bits - 1) - 1
+    grouped = x.reshape(n, dim // group, group)
+    scale = grouped.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / top
+    codes = torch.round(grouped / scale).clamp(-top, top).to(torch.int16).reshape(n, dim)
+    if bits == 4:
+        codes = (codes[:, 0::2] & 0xF) | ((codes[:, 1::2] & 0xF) << 4)
+        return codes.to(torch.uint8), scale[..., 0]
+    return codes.to(torch.int8), scale[..., 0]
+
+
+def dequantize_rows(codes: torch.Tensor, scales: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
+    """The ``[n, dim]`` rows that ``quantize_rows`` stored as ``codes`` and ``scales``, in ``dtype``."""
+    if bits == 4:
+        wide = codes.to(torch.int16)
+        low, high = wide & 0xF, (wide >> 4) & 0xF
+        codes = torch.stack([low - 16 * (low > 7), high - 16 * (high > 7)], dim=-1).reshape(codes.shape[0], -1)
+    n, dim = codes.shape
+    groups = scales.shape[-1]
+    return (codes.to(dtype).reshape(n, groups, dim // groups) * scales.to(dtype)[..., None]).reshape(n, dim)
 
 
 @dataclass
 class HeadKV:
     """One key-value head's entries: post-RoPE keys, values and their original positions at full
-    precision, and those stored in 8 bits (``packed``), which trims leave alone."""
+    precision, and those stored in fewer bits (``packed``: one store per bit width), which trims leave alone."""
 
     keys: torch.Tensor
     values: torch.Tensor
     positions: torch.Tensor
-    packed: Int8KV | None = None
+    packed: tuple[PackedKV, ...] = ()
 
     def select(self, keep: torch.Tensor) -> HeadKV:
         """Only the full-precision entries at ``keep`` (and every packed one), as new tensors: the old ones
@@ -85,32 +113,37 @@ class HeadKV:
     def where(self, keep: Callable[[torch.Tensor], torch.Tensor]) -> HeadKV:
         """Only the entries whose positions pass ``keep`` (positions to a boolean mask), packed ones too."""
         head = self.select(torch.nonzero(keep(self.positions)).flatten())
-        if self.packed is not None:
-            head.packed = self.packed.where(keep(self.packed.positions))
+        head.packed = tuple(store.where(keep(store.positions)) for store in self.packed)
         return head
 
-    def quantize(self, positions: torch.Tensor) -> HeadKV:
-        """Move the full-precision entries at ``positions`` to 8 bits; packed ones are never packed again."""
+    def quantize(self, positions: torch.Tensor, bits: int = 8) -> HeadKV:
+        """Move the full-precision entries at ``positions`` to ``bits`` bits; packed ones are never packed again."""
         chosen = torch.isin(self.positions, positions)
         if not bool(chosen.any()):
             return self
-        fresh = Int8KV.pack(self.keys[chosen], self.values[chosen], self.positions[chosen])
+        fresh = PackedKV.pack(self.keys[chosen], self.values[chosen], self.positions[chosen], bits)
         head = self.select(torch.nonzero(~chosen).flatten())
-        head.packed = fresh if self.packed is None else self.packed.cat(fresh)
+        same = [i for i, store in enumerate(self.packed) if store.bits == bits]
+        head.packed = (tuple(s.cat(fresh) if i in same else s for i, s in enumerate(self.packed)) if same
+                       else (*self.packed, fresh))
         return head
+
+    def packed_positions(self) -> torch.Tensor:
+        """Positions of the packed entries, store by store."""
+        return torch.cat([s.positions for s in self.packed]) if self.packed else self.positions[:0]
 
     def layout(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every entry's keys and values at full precision, packed ones first (for one attention call)."""
-        if self.packed is None:
+        if not self.packed:
             return self.keys, self.values
-        keys, values = self.packed.unpack(self.keys.dtype)
-        return torch.cat([keys, self.keys]), torch.cat([values, self.values])
+        unpacked = [s.unpack(self.keys.dtype) for s in self.packed]
+        return (torch.cat([*(k for k, _ in unpacked), self.keys]), torch.cat([*(v for _, v in unpacked), self.values]))
 
     def __len__(self) -> int:
-        return self.keys.shape[0] + (0 if self.packed is None else self.packed.keys.shape[0])
+        return self.keys.shape[0] + sum(s.keys.shape[0] for s in self.packed)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.keys, self.values, self.positions, *(() if self.packed is None else self.packed.tensors()))
+        return (self.keys, self.values, self.positions, *(t for s in self.packed for t in s.tensors()))
 
 
 @dataclass
@@ -195,11 +228,12 @@ class RaggedCache:
             for i, head in enumerate(layer):
                 layer[i] = head.where(keep)
 
-    def quantize(self, positions: torch.Tensor) -> None:
-        """Store the entries at ``positions`` in 8 bits in every head (those already packed stay as they are)."""
+    def quantize(self, positions: torch.Tensor, bits: int = 8) -> None:
+        """Store the entries at ``positions`` in ``bits`` bits in every head (those already packed stay as they
+        are)."""
         for layer in self.heads:
             for i, head in enumerate(layer):
-                layer[i] = head.quantize(positions)
+                layer[i] = head.quantize(positions, bits)
 
     def record_entropy(self, start: int, entropy: torch.Tensor) -> None:
         """Entropies of the distributions read at positions ``start...``: each predicted the next position's token."""
@@ -214,8 +248,16 @@ class RaggedCache:
         return [[len(h) for h in layer] for layer in self.heads]
 
     def packed(self) -> int:
-        """Entries stored in 8 bits, over every layer and KV head."""
-        return sum(0 if h.packed is None else h.packed.keys.shape[0] for layer in self.heads for h in layer)
+        """Entries stored in fewer bits, over every layer and KV head."""
+        return sum(s.keys.shape[0] for layer in self.heads for h in layer for s in h.packed)
+
+    def packed_nbytes(self) -> tuple[int, int]:
+        """Bytes the packed entries hold (codes, scales, positions), and what they held at full precision."""
+        stores = [s for layer in self.heads for h in layer for s in h.packed]
+        held = sum(t.numel() * t.element_size() for s in stores for t in s.tensors())
+        element = self.heads[0][0].keys.element_size() if self.heads else 0
+        full = sum(s.keys.shape[0] * (2 * self.head_dim * element + s.positions.element_size()) for s in stores)
+        return held, full
 
     def nbytes(self) -> int:
         """Bytes the keys, values, scales and positions really hold."""

@@ -3,7 +3,8 @@
 While the full model's rolling next-token entropy stays under a threshold (a gravity zone), the decode
 loop looks for the last few tokens earlier in the prompt and output (an n-gram match, as prompt-lookup
 decoding does) and feeds the tokens that followed them as a draft, behind the next token, in one forward
-pass. Each fed position's logits are then sampled exactly as without a draft; a draft token is kept only
+pass. Where the context has no match, the model itself with some decoder layers skipped may draft instead
+(self-speculation, as in LayerSkip and SWIFT); its cache entries are cropped before the check. Each fed position's logits are then sampled exactly as without a draft; a draft token is kept only
 when the token sampled at its position equals it, and the first mismatch ends the draft (its cache
 entries are cropped). Every emitted token is so drawn from the full model's own distribution at its
 position, from the same random stream: the output is that of decoding without drafts, at any
@@ -13,22 +14,23 @@ drafted, so uncertain stretches pay only the zone test.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
+from agent_gravity.trim.gravity_zone import GravityZone
+
 
 @dataclass(frozen=True)
 class DraftSpec:
-    """When and how much to draft: inside a zone (the mean entropy of the last ``window`` tokens under
-    ``below`` nats), up to ``max_draft`` tokens after the longest match of at most ``ngram`` tokens."""
+    """How much to draft inside a zone: up to ``max_draft`` tokens after the longest match of at most ``ngram``
+    tokens; where the context offers none, the model itself without the decoder ``layers`` drafts (None: never)."""
 
-    below: float = 1.0
-    window: int = 4
     max_draft: int = 8
     ngram: int = 3
+    layers: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -40,6 +42,9 @@ class SpeculationReport:
     accepted: int = 0
     passes: int = 0
     accepted_at: list[int] = field(default_factory=list)
+    layer_drafted: int = 0
+    """Of ``drafted``, the tokens the layer-skipped model drafted (each cost one pass through the kept layers)."""
+    layer_accepted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         rate = self.accepted / self.drafted if self.drafted else None
@@ -62,43 +67,44 @@ class Drafter:
     """Drafts for one decode loop, with a draft length that follows the acceptance it measures: longer after a
     draft kept whole, shorter after a miss."""
 
-    def __init__(self, spec: DraftSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: DraftSpec, zone: GravityZone) -> None:
+        self.spec, self.zone = spec, zone
         self.length = max(1, spec.max_draft // 2)
         self.report = SpeculationReport()
-        self._open: tuple[int, int] | None = None  # the current draft: tokens drafted, tokens kept
+        self._open: tuple[int, int, bool] | None = None  # the current draft: drafted, kept, by the layers
 
-    def in_zone(self, entropy: torch.Tensor) -> bool:
-        """Whether the last ``window`` entropies (of the full model, at the tokens decided so far) are all known
-        and their mean is under ``below``."""
-        last = entropy[-self.spec.window:]
-        if last.numel() < self.spec.window or not bool(torch.isfinite(last).all()):
-            return False
-        return float(last.mean()) < self.spec.below
-
-    def draft(self, context: Sequence[int], entropy: torch.Tensor, room: int) -> list[int]:
-        """The tokens to feed after the next one (at most ``room``); [] outside a zone or without a match."""
+    def draft(self, context: Sequence[int], entropy: torch.Tensor, room: int,
+              by_layers: Callable[[int], list[int]] | None = None) -> list[int]:
+        """The tokens to feed after the next one (at most ``room``); [] outside a zone (``entropy``: the full
+        model's, at the tokens decided so far). A context match comes first; without one, ``by_layers(n)`` (the
+        layer-skipped model's next ``n`` tokens) when the spec names draft layers."""
         self.close()
-        if room <= 0 or not self.in_zone(entropy):
+        if room <= 0 or not self.zone.holds(entropy):
             return []
-        drafted = lookup(context, self.spec.ngram, min(self.length, room))
+        n = min(self.length, room)
+        drafted, layered = lookup(context, self.spec.ngram, n), False
+        if not drafted and self.spec.layers and by_layers is not None:
+            drafted, layered = by_layers(n), True
         if drafted:
-            self._open = (len(drafted), 0)
+            self._open = (len(drafted), 0, layered)
             self.report.drafted += len(drafted)
+            self.report.layer_drafted += len(drafted) if layered else 0
             self.report.passes += 1
         return drafted
 
     def kept(self, position: int) -> None:
         """The token sampled at output ``position`` was the one drafted there."""
         assert self._open is not None
-        self._open = (self._open[0], self._open[1] + 1)
+        drafted, kept, layered = self._open
+        self._open = (drafted, kept + 1, layered)
         self.report.accepted += 1
+        self.report.layer_accepted += int(layered)
         self.report.accepted_at.append(position)
 
     def close(self) -> None:
         """The current draft is over (kept whole or missed): adapt the draft length to it."""
         if self._open is None:
             return
-        drafted, kept = self._open
+        drafted, kept, _ = self._open
         self.length = min(self.spec.max_draft, self.length + 2) if kept == drafted else max(1, self.length - 1)
         self._open = None

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from agent_gravity._steering import Steering, SteeringSpec
-from agent_gravity.backends._speculation import DraftSpec, SpeculationReport
+from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,9 @@ class GenerationRequest:
     """Seconds the whole generation may take; past it the request is aborted with EngineTimeoutError."""
     session: str | None = None
     """A conversation id: a backend that keeps session KV caches reuses this conversation's cache."""
-    speculation: DraftSpec | None = None
-    """Draft tokens inside gravity zones and check them in one pass (a backend with ``speculates``); the
-    output stays the model's own."""
+    compute: ComputeSpec | None = None
+    """Make the tokens inside gravity zones cheaper (a backend with ``zone_compute``): drafts checked in one
+    pass, zone KV in fewer bits, skipped layers, top-2 sampling."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,8 @@ class GenerationResult:
     (NaN where the token was written by the steering, with no distribution seen). None: ``entropy`` is exact."""
     probe_failures: int = 0
     """Answer probes that failed (a refused key, a server error): each confirmed nothing."""
-    speculation: SpeculationReport | None = None
-    """What drafting inside gravity zones did; None when the request asked for none."""
+    compute: ComputeReport | None = None
+    """What the zone actions did; None when the request asked for none."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,9 @@ import torch
 from agent_gravity._errors import EngineError, EngineTimeoutError, SchemaNotEnforceableError, SessionNotFoundError
 from agent_gravity._probe import line_confidence
 from agent_gravity._steering import Steering
+from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
+from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_layers, middle_layers, skipping
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
 from agent_gravity.backends._ragged_cache import RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
@@ -31,6 +33,8 @@ from agent_gravity.backends._ragged_cache import register as register_ragged_att
 from agent_gravity.backends._sessions import KVSession, SessionStore
 from agent_gravity.backends._speculation import Drafter
 from agent_gravity.backends._steered_rows import SteeredRows, Track
+from agent_gravity.backends._top2 import Top2Report, choose_top2
+from agent_gravity.backends._zone_kv import ZonePacker
 from agent_gravity.backends.base import (
     GenerationDelta,
     GenerationRequest,
@@ -98,8 +102,9 @@ class TransformersBackend(HFTokenizerMethods):
     """transformers in this process: exact per-token entropy, gravity exits, one request at a time."""
 
     provider = "transformers"
-    speculates = True
-    """Honours ``GenerationRequest.speculation``: drafts inside gravity zones, checked in one pass."""
+    zone_compute = True
+    """Honours ``GenerationRequest.compute``: drafts checked in one pass, zone KV in fewer bits, skipped layers and
+    top-2 sampling inside gravity zones."""
 
     def __init__(self, settings: TransformersSettings, model_name: str | None = None) -> None:
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -141,13 +146,15 @@ class TransformersBackend(HFTokenizerMethods):
         """Feed ``ids`` after what ``cache`` holds; return the last position's logits ``[vocab]``."""
         return self.forward_rows(ids, cache)[-1]
 
-    def forward_rows(self, ids: Sequence[int], cache: RaggedCache) -> torch.Tensor:
-        """Feed ``ids`` after what ``cache`` holds; return every fed position's logits ``[len(ids), vocab]``."""
+    def forward_rows(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...] = ()) -> torch.Tensor:
+        """Feed ``ids`` after what ``cache`` holds (without the decoder layers in ``skip``); return every fed
+        position's logits ``[len(ids), vocab]``."""
         q, start = len(ids), cache.next_position
         positions = torch.arange(start, start + q, device=self._device).unsqueeze(0)
         # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
         unused_mask = torch.zeros(1, 1, q, start + q, device=self._device)
-        with torch.no_grad(), ragged_cache_active(cache):  # not inference_mode: steering edits logits in place
+        # not inference_mode: steering edits logits in place
+        with torch.no_grad(), ragged_cache_active(cache), skipping(self._model, skip):
             out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
                               position_ids=positions, attention_mask=unused_mask, use_cache=True)
         cache.advance(q)
@@ -156,6 +163,19 @@ class TransformersBackend(HFTokenizerMethods):
 
     def new_cache(self) -> RaggedCache:
         return RaggedCache(*self._shape)
+
+    @property
+    def num_layers(self) -> int:
+        return self._shape[0]
+
+    def skip_layers(self, spec: SkipSpec) -> tuple[int, ...]:
+        """The decoder layers ``spec`` names on this model (its ``fraction`` of middle layers when it names none);
+        ValueError naming the range when one is out of it."""
+        count = len(decoder_layers(self._model))
+        layers = spec.layers if spec.layers is not None else middle_layers(count, spec.fraction)
+        if any(not 0 <= i < count for i in layers):
+            raise ValueError(f"skip layers {list(layers)} are not all among this model's decoder layers 0..{count - 1}")
+        return tuple(sorted(set(layers)))
 
     def session(self, session_id: str) -> KVSession:
         """A conversation's session; SessionNotFoundError says why there is none (never made, or evicted)."""
@@ -236,6 +256,24 @@ class TransformersBackend(HFTokenizerMethods):
             session.ids = list(prompt_ids)
             return top
 
+    def top1_along(self, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+                   compute: ComputeSpec | None = None) -> list[int]:
+        """The model's top-1 token at each position of ``answer_ids`` after ``prompt_ids``, feeding the given answer
+        (teacher forcing) on a fresh cache whose zone entries are packed as decoding packs them under
+        ``compute.kv`` (None: the full-precision cache)."""
+        with self._lock:
+            cache = self.new_cache()
+            kv = compute.kv if compute is not None else None
+            packer = ZonePacker(kv, compute.zone, len(prompt_ids)) if kv is not None else None
+            logits = self.forward(prompt_ids, cache)
+            top = []
+            for token in answer_ids:
+                top.append(int(torch.argmax(logits)))
+                logits = self.forward([token], cache)
+                if packer is not None:
+                    packer.step(cache, cache.next_position)
+            return top
+
     def end_session(self, session_id: str) -> None:
         """Forget a conversation's KV cache and free its memory."""
         with self._lock:
@@ -297,7 +335,12 @@ class _Decode:
         self.deadline = None if request.timeout is None else time.monotonic() + request.timeout
         if self.steering is not None and self.steering.probes is not None:
             self.steering.prober = self._probe
-        self.drafter = Drafter(request.speculation) if request.speculation is not None else None
+        compute = request.compute
+        self.zone = compute.zone if compute is not None else None
+        self.drafter = Drafter(compute.draft, self.zone) if compute and compute.draft else None
+        self.packer = ZonePacker(compute.kv, self.zone, len(request.prompt_ids)) if compute and compute.kv else None
+        self.skip = SkipReport(backend.skip_layers(compute.skip)) if compute and compute.skip else None
+        self.top2 = Top2Report() if compute and compute.top2 else None
         self.pending: list[int] = []
         """Drafted tokens fed after the last decided one, not yet checked; ``rows``: the logits after each."""
         self.rows: list[torch.Tensor] = []
@@ -327,12 +370,11 @@ class _Decode:
                 break
             logits = self._after(token)
         self._drop_pending()
-        if self.drafter is not None:
-            self.drafter.close()
+        compute = self._compute_report()
         yield GenerationResult(response_id=response_id, token_ids=list(self.output), text=text, finish_reason=finish,
                                prompt_tokens=len(self.request.prompt_ids), entropy=list(self.entropy),
                                steering=self.steering, logprobs=self.logprobs, session=self._close_session(),
-                               speculation=self.drafter.report if self.drafter is not None else None)
+                               compute=compute)
 
     def _after(self, token: int) -> torch.Tensor:
         """The logits after ``token``: those of its drafted position when the draft guessed it, else from a
@@ -342,19 +384,51 @@ class _Decode:
             self.drafter.kept(len(self.output) - 1)
             return self.rows.pop(0)
         self._drop_pending()
-        draft = []
+        draft, skip = [], ()
         if self.drafter is not None:
             room = self.s.max_tokens - len(self.output) - 1
-            draft = self.drafter.draft([*self.request.prompt_ids, *self.output], self.cache.entropy, room)
-        rows = self.backend.forward_rows([token, *draft], self.cache)
+            draft = self.drafter.draft([*self.request.prompt_ids, *self.output], self.cache.entropy, room,
+                                       lambda n: self._layer_draft(token, n))
+        if self.skip is not None and self.zone.holds(self.cache.entropy):
+            skip = self.skip.layers
+            self.skip.steps += 1
+            self.skip.skipped_at.append(len(self.output))
+        rows = self.backend.forward_rows([token, *draft], self.cache, skip)
         self.pending, self.rows = draft, list(rows[1:])
+        if self.packer is not None:
+            self.packer.step(self.cache, len(self.request.prompt_ids) + len(self.output))
         return rows[0]
+
+    def _layer_draft(self, token: int, n: int) -> list[int]:
+        """Up to ``n`` greedy tokens after ``token`` from the model without its draft layers (what the check will
+        sample from is the full model's distribution, so greedy drafts only decide what is kept); their cache
+        entries are cropped before the check."""
+        start, ids = self.cache.next_position, []
+        layers = self.request.compute.draft.layers
+        for _ in range(n):
+            token = int(torch.argmax(self.backend.forward_rows([token], self.cache, layers)[-1]))
+            if token in self.backend.eos_ids:
+                break
+            ids.append(token)
+        self.cache.crop(start - self.cache.next_position)
+        return ids
 
     def _drop_pending(self) -> None:
         """Crop the drafted tokens not checked yet (a miss, a probe, the end) from the cache."""
         if self.pending:
             self.cache.crop(-len(self.pending))
             self.pending, self.rows = [], []
+
+    def _compute_report(self) -> ComputeReport | None:
+        """Pack what is due, then read what each zone action did (None when the request asked for none)."""
+        if self.zone is None:
+            return None
+        if self.drafter is not None:
+            self.drafter.close()
+        if self.packer is not None:
+            self.packer.step(self.cache, self.cache.next_position, final=True)
+        return ComputeReport(self.cache.nbytes(), self.drafter.report if self.drafter is not None else None,
+                             self.packer.close(self.cache) if self.packer is not None else None, self.skip, self.top2)
 
     def _close_session(self) -> SessionReport | None:
         """Record what the session's cache now holds: the prompt and every output token fed back."""
@@ -385,9 +459,24 @@ class _Decode:
         if self.track is not None:
             self.backend._rows.apply(row, [0], [self.track])
             self.entropy.append(self.track.steering.entropy[len(self.output)])
-        token = _choose(row[0], self.s, self.generator)
+        token = self._top2(row[0])
+        token = _choose(row[0], self.s, self.generator) if token is None else token
         if self.track is not None:
             self.track.output_ids.append(token)
+        return token
+
+    def _top2(self, row: torch.Tensor) -> int | None:
+        """Inside a zone at temperature > 0, the token sampled among the top two when the first leads by the
+        margin; else None."""
+        if self.top2 is None or self.s.temperature == 0.0:
+            return None
+        seen = self.cache.entropy[:len(self.request.prompt_ids) + len(self.output) + 1]  # pending drafts aside
+        if not self.zone.holds(seen):
+            return None
+        token = choose_top2(row, self.s.temperature, self.request.compute.top2.margin, self.generator)
+        if token is not None:
+            self.top2.steps += 1
+            self.top2.at.append(len(self.output))
         return token
 
     def _probe(self, generated: list[int]) -> None:

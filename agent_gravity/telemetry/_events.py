@@ -1,5 +1,5 @@
 """Span events: where gravity locked, where reasoning ended, where a loop was stopped, what a KV trim freed,
-what drafting in gravity zones kept.
+what the zone actions did (drafts kept, KV packed, layers skipped, top-2 steps).
 
 Pure functions of a call's ``response_metadata["gravity"]``; each event carries the step (the output
 token it happened at) and the values behind the decision.
@@ -11,8 +11,11 @@ from typing import Any
 
 from agent_gravity.telemetry._spans import GRAVITY_PREFIX
 
-LOCK, EXIT, LOOP_STOP, KV_TRIM, SPECULATION = (GRAVITY_PREFIX + n for n in ("lock", "exit", "loop_stop", "kv_trim",
-                                                                             "speculation"))
+LOCK, EXIT, LOOP_STOP, KV_TRIM = (GRAVITY_PREFIX + n for n in ("lock", "exit", "loop_stop", "kv_trim"))
+COMPUTE_EVENTS = {"speculation": ("drafted", "accepted", "passes"), "kv": ("entries", "bits", "bytes_held", "bytes_full"),
+                  "skip": ("steps", "layer_passes_saved"), "top2": ("steps",)}
+"""Zone actions that become span events (``gravity.<action>``) when they acted (the first figure is not 0), and the
+figures each carries."""
 
 
 def _lock_event(lock: dict[str, Any]) -> dict[str, Any]:
@@ -42,9 +45,10 @@ def gravity_events(gravity: dict[str, Any], output_tokens: int) -> list[tuple[st
                                      GRAVITY_PREFIX + "kv.bytes_after": report["bytes_after"],
                                      GRAVITY_PREFIX + "kv.entries_before": report["entries_before"],
                                      GRAVITY_PREFIX + "kv.entries_after": report["entries_after"]}))
-    speculation = (gravity.get("compute") or {}).get("speculation")
-    if speculation and speculation["drafted"]:  # drafting inside gravity zones: what it drafted and kept
-        events.append((SPECULATION, {GRAVITY_PREFIX + "step": output_tokens,
-                                     **{GRAVITY_PREFIX + "speculation." + k: speculation[k]
-                                        for k in ("drafted", "accepted", "passes")}}))
+    compute = gravity.get("compute") or {}
+    for action, keys in COMPUTE_EVENTS.items():  # what each zone action did, when it did anything
+        report = compute.get(action)
+        if report and report[keys[0]]:
+            events.append((GRAVITY_PREFIX + action, {GRAVITY_PREFIX + "step": output_tokens,
+                                                     **{f"{GRAVITY_PREFIX}{action}.{k}": report[k] for k in keys}}))
     return events

@@ -45,3 +45,10 @@ class GravityZone:
             torch.nn.functional.pad(low[None, None], (self.patience - 1, self.patience - 1)),
             self.patience, stride=1)[0, 0]
         return torch.nonzero(covered > 0).flatten() + start
+
+    def holds(self, entropy: torch.Tensor) -> bool:
+        """Whether the last ``patience`` values of ``entropy`` are all known and their mean is under the threshold:
+        the test a decode loop makes at each step before acting inside a zone."""
+        last = entropy[-self.patience:]
+        return (last.numel() == self.patience and bool(torch.isfinite(last).all())
+                and float(last.mean()) < self.threshold)

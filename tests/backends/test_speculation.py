@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from agent_gravity.backends._speculation import Drafter, DraftSpec, lookup
+from agent_gravity.trim.gravity_zone import GravityZone
 from langchain_core.messages import AIMessage, HumanMessage
 from pydantic import ValidationError
 
@@ -23,7 +24,7 @@ def test_lookup_takes_the_longest_match_and_its_most_recent_occurrence():
 
 
 def test_the_drafter_drafts_only_inside_a_zone_and_adapts_its_length_to_what_is_kept():
-    drafter = Drafter(DraftSpec(below=1.0, window=3, max_draft=6, ngram=2))
+    drafter = Drafter(DraftSpec(max_draft=6, ngram=2), GravityZone(1.0, 3))
     context = [1, 2, 3, 4, 5, 6, 7, 1, 2]
     assert drafter.draft(context, torch.tensor([0.2, 3.0, 0.1, 0.1]), room=10) == []  # mean 1.07: not a zone
     assert drafter.draft(context, torch.tensor([float("nan"), 0.1, 0.1]), room=10) == []  # unknown entropy
@@ -37,20 +38,48 @@ def test_the_drafter_drafts_only_inside_a_zone_and_adapts_its_length_to_what_is_
     assert drafter.length == 4
     drafter.close()
     assert drafter.report.as_dict() == {"drafted": 10, "accepted": 4, "passes": 3, "acceptance": 0.4,
-                                        "accepted_at": [0, 1, 2, 3]}
+                                        "accepted_at": [0, 1, 2, 3], "layer_drafted": 0, "layer_accepted": 0}
+
+
+def test_the_layer_skipped_model_drafts_only_where_the_context_has_no_match():
+    asked = []
+
+    def by_layers(n):
+        asked.append(n)
+        return [9] * n
+
+    drafter = Drafter(DraftSpec(max_draft=6, ngram=2, layers=(3, 4)), GravityZone(1.0, 2))
+    low = torch.tensor([0.1, 0.1])
+    assert drafter.draft([1, 2, 3, 1, 2], low, room=10, by_layers=by_layers) == [3, 1, 2] and asked == []
+    assert drafter.draft([5, 6, 7], low, room=10, by_layers=by_layers) == [9, 9] and asked == [2]  # after a miss
+    drafter.kept(0)
+    assert drafter.draft([5, 6, 7], torch.tensor([3.0, 3.0]), room=10, by_layers=by_layers) == []  # not a zone
+    report = drafter.report
+    assert (report.layer_drafted, report.layer_accepted, report.drafted, report.accepted) == (2, 1, 5, 1)
+    no_layers = Drafter(DraftSpec(max_draft=6, ngram=2), GravityZone(1.0, 2))
+    assert no_layers.draft([5, 6, 7], low, room=10, by_layers=by_layers) == [] and asked == [2]
 
 
 def test_settings_are_bounded():
     with pytest.raises(ValidationError, match="max_draft"):
         SpeculationConfig(max_draft=10_000)
     with pytest.raises(ValidationError, match="below"):
-        SpeculationConfig(below=0)
+        ComputeConfig(below=0)
 
 
 def _pair(backend, messages, **options):
     plain = ChatGravity(backend=backend, **options).invoke(messages)
     drafted = ChatGravity(backend=backend, compute=ComputeConfig(), **options).invoke(messages)
     return plain, drafted
+
+
+def test_layer_drafts_change_no_token_either(transformers_backend):
+    question = [HumanMessage("Write the numbers from 1 to 30, separated by commas.")]
+    layered = ComputeConfig(speculate=SpeculationConfig(ngram=1, layers=tuple(range(10, 20))))
+    plain = ChatGravity(backend=transformers_backend, gravity=OFF).invoke(question)
+    drafted = ChatGravity(backend=transformers_backend, gravity=OFF, compute=layered).invoke(question)
+    report = drafted.response_metadata["gravity"]["compute"]["speculation"]
+    assert drafted.content == plain.content and report["layer_drafted"] > 0
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
@@ -97,5 +126,5 @@ def test_a_backend_that_cannot_draft_refuses_and_says_what_to_use():
         def render(self, chat, prefill=""):
             return [1, 2, 3]
 
-    with pytest.raises(InvalidCallOptionError, match="speculative-config"):
+    with pytest.raises(InvalidCallOptionError, match="speculative-config.*refuses custom logits processors"):
         ChatGravity(backend=NoDrafts(), gravity=OFF, compute=ComputeConfig()).invoke("hi")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 
+from agent_gravity._cli import _GROUPS
 from agent_gravity.bench import groups
 from agent_gravity.bench.structured_tasks import KINDS, generate_structured_tasks
 
@@ -16,25 +17,41 @@ def test_structured_tasks_are_seeded_cover_every_kind_and_judge_by_their_values(
         assert t.correct(" ".join(t.facts)) and not t.correct("")
 
 
-def _run(item, group, total, drafted=0, accepted=0, text="same"):
-    return groups.Run(item, group, 0.5, total, 10, text, True, drafted, accepted, 1 if drafted else 0)
+def _run(item, group, total, drafted=0, accepted=0, text="same", **more):
+    return groups.Run(item, group, 0.5, total, 10, text, True, text, drafted, accepted, 1 if drafted else 0, **more)
 
 
 def test_ratios_are_paired_with_the_full_group_and_idle_items_are_reported_apart():
-    runs = [_run("a", "full", 2.5), _run("b", "full", 4.5),
-            _run("a", "lossless", 1.5, drafted=8, accepted=6), _run("b", "lossless", 4.5, text="other")]
-    s = groups.summarize(runs, ["full", "lossless"])["lossless"]
+    runs = [_run("a", "full", 2.5, kv_bytes=400), _run("b", "full", 4.5, kv_bytes=400),
+            _run("a", "lossless", 1.5, drafted=8, accepted=6, kv_bytes=400),
+            _run("b", "lossless", 4.5, text="other", kv_bytes=400),
+            _run("a", "kv8", 2.5, kv_bytes=100, zone_entries=4, zone_bytes_held=100, zone_bytes_full=300, forced=10,
+                 forced_same=9),
+            _run("b", "kv8", 4.5, kv_bytes=300, skip_steps=2, layer_passes_saved=6, forced=10, forced_same=10)]
+    report = groups.summarize(runs, ["full", "lossless", "kv8"], layers=3)
+    s = report["lossless"]
     assert s["decode_speedup"]["value"] == (2.0 + 4.0) / (1.0 + 4.0)
     assert s["total_ratio"]["value"] == 6.0 / 7.0 and s["acceptance"] == 0.75 and s["passes_saved"] == 6 / 20
-    assert s["identical_to_full"]["value"] == 0.5
-    assert s["never_drafted"]["items"] == 1 and s["never_drafted"]["total_ratio"]["value"] == 1.0
-    full = groups.summarize(runs, ["full", "lossless"])["full"]
-    assert full["decode_speedup"]["value"] == 1.0 and full["never_drafted"]["items"] == 2
+    assert s["identical_to_full"]["value"] == 0.5 == s["answers_kept"]["value"]
+    assert s["idle"]["items"] == 1 and s["idle"]["total_ratio"]["value"] == 1.0
+    kv = report["kv8"]
+    assert kv["kv_bytes_fewer"]["value"] == 2.0 and kv["zone_bytes_fewer"] == 3.0
+    assert kv["teacher_forced_top1"]["value"] == 19 / 20 and kv["layer_passes_saved"] == 6 / 60
+    full = report["full"]
+    assert full["decode_speedup"]["value"] == 1.0 and full["idle"]["items"] == 2 and full["zone_bytes_fewer"] is None
 
 
-def test_a_small_run_keeps_every_answer_and_writes_its_report(transformers_backend, tmp_path):
-    report = groups.main(transformers_backend, 0, 1, ["full", "lossless"], tmp_path, lambda _: None)
-    s = report["sets"]["structured"]["lossless"]
-    assert s["identical_to_full"]["value"] == 1.0 and s["drafted"] > 0
+def test_the_cli_lists_every_group():
+    assert list(_GROUPS) == list(groups.GROUPS)
+
+
+def test_a_small_run_writes_its_report_with_top2_on_the_sampled_set_only(transformers_backend, tmp_path):
+    report = groups.main(transformers_backend, 1, 0, ["full", "kv8", "skip", "top2"], tmp_path, lambda _: None)
+    assert set(report["sets"]) == {"savings", "sampled"} and report["layers"] == 30
+    assert set(report["sets"]["savings"]) == {"full", "kv8", "skip"} and set(report["sets"]["sampled"]) == {"full", "top2"}
+    kv8 = report["sets"]["savings"]["kv8"]
+    assert kv8["teacher_forced_top1"]["n"] > 0 and kv8["kv_bytes_fewer"]["value"] >= 1.0
+    runs = {(r["group"], r["item"]): r for r in report["runs"]["savings"]}
+    assert all(r["peak_rss_mib"] and r["kv_bytes"] > 0 for r in runs.values())
     assert (tmp_path / "groups.json").exists() and (tmp_path / "groups.png").exists()
-    assert "lossless" in groups.table(report)
+    assert "top2" in groups.table(report)

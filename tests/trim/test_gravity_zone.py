@@ -10,7 +10,7 @@ from langchain_core.messages import HumanMessage
 
 from agent_gravity import ChatGravity, GravityConfig, KVConfig
 from agent_gravity._messages import to_chat_dicts
-from agent_gravity.backends._ragged_cache import HeadKV, Int8KV
+from agent_gravity.backends._ragged_cache import HeadKV, PackedKV
 from agent_gravity.trim import GravityZone, TrimBudgetError, trim_policy_from_spec
 
 from tests.trim.conftest import HISTORY, QUESTION
@@ -36,11 +36,35 @@ def test_bad_zones_are_clear_errors(bad):
 def test_int8_entries_round_trip_within_half_a_step_and_hold_a_quarter_of_the_bytes():
     torch.manual_seed(0)
     keys, values = torch.randn(50, 64) * 3, torch.randn(50, 64)
-    packed = Int8KV.pack(keys, values, torch.arange(50))
+    packed = PackedKV.pack(keys, values, torch.arange(50))
     k, v = packed.unpack(torch.float32)
     assert torch.all((k - keys).abs() <= packed.key_scales / 2 + 1e-6)
     assert torch.all((v - values).abs() <= packed.value_scales / 2 + 1e-6)
     assert packed.keys.dtype == torch.int8 and packed.keys.nbytes == keys.nbytes // 4
+
+
+def test_int4_entries_pack_two_to_a_byte_with_a_scale_per_32_values_and_round_trip_within_half_a_step():
+    torch.manual_seed(0)
+    keys, values = torch.randn(50, 64) * 3, torch.randn(50, 64)
+    packed = PackedKV.pack(keys, values, torch.arange(50), bits=4)
+    k, _ = packed.unpack(torch.float32)
+    step = packed.key_scales.repeat_interleave(32, dim=1)
+    assert torch.all((k - keys).abs() <= step / 2 + 1e-6)
+    assert packed.keys.dtype == torch.uint8 and packed.keys.shape == (50, 32) and packed.key_scales.shape == (50, 2)
+    codes = torch.arange(-7, 8).repeat(2)[:16].float()[None]            # every 4-bit code, signs included
+    assert torch.equal(PackedKV.pack(codes, codes, torch.arange(1), bits=4).unpack(torch.float32)[0], codes)
+    with pytest.raises(ValueError, match="8 or 4 bits"):
+        PackedKV.pack(keys, values, torch.arange(50), bits=2)
+
+
+def test_a_head_keeps_one_store_per_width_and_lays_every_entry_out():
+    torch.manual_seed(0)
+    head = HeadKV(torch.randn(10, 64), torch.randn(10, 64), torch.arange(10))
+    mixed = head.quantize(torch.tensor([1, 2]), bits=8).quantize(torch.tensor([2, 5, 6]), bits=4)
+    assert [s.bits for s in mixed.packed] == [8, 4] and mixed.packed_positions().tolist() == [1, 2, 5, 6]
+    keys, _ = mixed.layout()
+    assert keys.shape == (10, 64) and torch.allclose(keys[2:4], head.keys[[5, 6]], atol=0.5)
+    assert mixed.where(lambda p: p != 5).packed_positions().tolist() == [1, 2, 6]
 
 
 def test_a_head_packs_the_chosen_entries_once_and_crops_and_drops_reach_them():
@@ -48,15 +72,15 @@ def test_a_head_packs_the_chosen_entries_once_and_crops_and_drops_reach_them():
     head = HeadKV(torch.randn(10, 8), torch.randn(10, 8), torch.arange(10))
     layout = head.layout()
     packed = head.quantize(torch.tensor([2, 3, 4]))
-    assert packed.positions.tolist() == [0, 1, 5, 6, 7, 8, 9] and packed.packed.positions.tolist() == [2, 3, 4]
+    assert packed.positions.tolist() == [0, 1, 5, 6, 7, 8, 9] and packed.packed_positions().tolist() == [2, 3, 4]
     assert len(packed) == 10 and sum(t.nbytes for t in packed.tensors()) < sum(t.nbytes for t in head.tensors())
     keys, _ = packed.layout()                                    # packed first, then full precision
     assert torch.allclose(keys[:3], layout[0][2:5], atol=0.05)
     assert torch.equal(keys[3:], layout[0][[0, 1, 5, 6, 7, 8, 9]])
     again = packed.quantize(torch.tensor([3, 4, 5]))             # 3 and 4 are packed already: only 5 moves
-    assert again.packed.positions.tolist() == [2, 3, 4, 5]
-    assert torch.equal(again.packed.keys[:3], packed.packed.keys)
-    assert again.where(lambda p: p < 4).packed.positions.tolist() == [2, 3]
+    assert again.packed_positions().tolist() == [2, 3, 4, 5]
+    assert torch.equal(again.packed[0].keys[:3], packed.packed[0].keys)
+    assert again.where(lambda p: p < 4).packed_positions().tolist() == [2, 3]
     assert again.select(torch.tensor([0])).packed is again.packed  # trims pick among full-precision entries only
 
 
@@ -73,7 +97,7 @@ def test_a_session_stores_its_gravity_zones_in_8_bits_and_answers_as_before(tran
     assert report.bytes_after == cache.nbytes() < report.bytes_before
     for layer in cache.heads:
         for head in layer:
-            assert set(head.packed.positions.tolist()) == expected and not expected & set(head.positions.tolist())
+            assert set(head.packed_positions().tolist()) == expected and not expected & set(head.positions.tolist())
     # Nothing is lost: the same top-1 tokens as the full cache, teacher-forced over the exact value.
     assert backend.teacher_force(session, prompt, backend.encode(" K7Q2X9")) == full
     backend.sessions.pop(f"{session}-full")
@@ -83,14 +107,14 @@ def test_what_is_packed_is_never_trimmed_and_what_was_trimmed_is_never_packed(tr
     backend = transformers_backend
     backend.quantize(session, GravityZone(0.5, 8))
     cache = backend.sessions[session].cache
-    packed = [[h.packed.positions.tolist() for h in layer] for layer in cache.heads]
+    packed = [[h.packed_positions().tolist() for h in layer] for layer in cache.heads]
     backend.trim(session, trim_policy_from_spec({"name": "snapkv"}), ratio=4)
-    assert [[h.packed.positions.tolist() for h in layer] for layer in cache.heads] == packed
+    assert [[h.packed_positions().tolist() for h in layer] for layer in cache.heads] == packed
     trimmed_until = backend.sessions[session].trimmed_until
     backend.quantize(session, GravityZone(10.0, 1))             # everything is "low" now
     for layer in cache.heads:
         for head in layer:
-            assert all(p in packed[0][0] or p >= trimmed_until for p in head.packed.positions.tolist())
+            assert all(p in packed[0][0] or p >= trimmed_until for p in head.packed_positions().tolist())
 
 
 def test_a_chat_model_with_kv_config_stores_gravity_zones_in_8_bits_each_turn(transformers_backend, spans):
