@@ -215,13 +215,14 @@ def _bench_agents(args: argparse.Namespace) -> int:
     return _print_report(args, report, agents.table, "agents", "tasks")
 
 
-def _transformers_backend(model: str | None) -> Any:
-    """The transformers backend on ``--model`` (a local folder) or the embedded model."""
+def _transformers_backend(model: str | None, device: str = "cpu") -> Any:
+    """The transformers backend on ``--model`` (a local folder) or the embedded model, on ``device``."""
     from agent_gravity import _model_store
     from agent_gravity.backends.local_transformers import TransformersBackend, TransformersSettings
 
     folder = _model_store.pull() if model is None else Path(model).expanduser().resolve()
-    return TransformersBackend(TransformersSettings(str(folder)), None if model else _model_store.DEFAULT_MODEL.name)
+    return TransformersBackend(TransformersSettings(str(folder), device=device),
+                               None if model else _model_store.DEFAULT_MODEL.name)
 
 
 def _bench_kv(args: argparse.Namespace) -> int:
@@ -244,7 +245,7 @@ def _bench_groups(args: argparse.Namespace) -> int:
     if args.items < 0 or args.per_kind < 0 or args.items + args.per_kind == 0:
         raise SystemExit("--items and --per-kind must be 0 or more, and not both 0")
     with contextlib.redirect_stdout(sys.stderr):
-        backend = _transformers_backend(args.model)
+        backend = _transformers_backend(args.model, args.device)
         chosen = [groups.FULL, *[g for g in args.groups if g != groups.FULL]]
         report = groups.main(backend, args.items, args.per_kind, chosen, Path(args.out),
                              lambda s: print(s, file=sys.stderr))
@@ -439,6 +440,8 @@ def build_parser() -> argparse.ArgumentParser:
     grp.add_argument("--groups", nargs="+", default=list(_GROUPS), choices=_GROUPS,
                      help="groups to run (default: all); full always runs, as the reference; top2 runs on the "
                           "savings items at temperature 0.7")
+    grp.add_argument("--device", default="cpu", help="torch device of the transformers backend (default cpu; cuda "
+                                                     "on a GPU)")
     _report_arguments(grp, "groups")
     grp.set_defaults(run=_bench_groups)
     srv = benches.add_parser("serve", help="the vLLM plugin's overhead, and the gravity proxy under load")
