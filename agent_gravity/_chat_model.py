@@ -152,12 +152,13 @@ def _compute_spec(compute: ComputeConfig | None, backend: Backend) -> ComputeSpe
             "options are engine-wide (`--kv-cache-dtype fp8` for every entry), and its speculative decoding "
             "(`--speculative-config`) refuses custom logits processors, gravity's included; pass compute=None here")
     spec = compute.spec()
-    for name, layers in (("skip", spec.skip), ("speculate.layers", spec.draft and spec.draft.layers)):
-        try:
-            if layers:
-                backend.skip_layers(layers if isinstance(layers, SkipSpec) else SkipSpec(layers=layers))
-        except ValueError as exc:
-            raise InvalidCallOptionError(f"ComputeConfig.{name}: {exc}") from exc
+    draft_layers = SkipSpec(layers=spec.draft.layers) if spec.draft and spec.draft.layers else None
+    for name, layers in (("skip", spec.skip), ("speculate.layers", draft_layers)):
+        if layers is not None:
+            try:
+                backend.skip_layers(layers)
+            except ValueError as exc:
+                raise InvalidCallOptionError(f"ComputeConfig.{name}: {exc}") from exc
     return spec
 
 

@@ -178,8 +178,9 @@ class SpeculationConfig(BaseModel):
 
     The tokens that followed the latest earlier occurrence of the last ``ngram`` tokens (in the prompt or output)
     are drafted, up to ``max_draft`` at a time (adapted to the measured acceptance), and checked in the same
-    forward pass as the next token; with ``layers``, the layer-skipped model drafts where the context has no match. A draft token is kept only when the token sampled at its position is that
-    token, so the output is the model's own at any temperature.
+    forward pass as the next token; with ``layers``, the layer-skipped model drafts where the context has no
+    match. A draft token is kept only when the token sampled at its position is that token, so the output is the
+    model's own at any temperature.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -57,9 +57,8 @@ def skipping(model: torch.nn.Module, layers: tuple[int, ...]) -> Iterator[None]:
     if not layers:
         yield
         return
-    inner = model.model
-    full = decoder_layers(model)
-    inner.layers = torch.nn.ModuleList(layer for i, layer in enumerate(full) if i not in set(layers))
+    inner, full, skipped = model.model, decoder_layers(model), set(layers)
+    inner.layers = torch.nn.ModuleList(layer for i, layer in enumerate(full) if i not in skipped)
     try:
         yield
     finally:

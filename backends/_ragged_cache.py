@@ -8,8 +8,8 @@ for that call only, and the ``agent_gravity_ragged`` attention function masks th
 It also keeps the last ``window`` query vectors per layer: what trim policies score keys with.
 
 Entries can be stored in 8 or 4 bits (``quantize``): symmetric, one scale per entry (8 bits) or per 32
-values (4 bits), per head, for keys and values alike. They are dequantized into the padded layout of each call only, and
-attention does not care about the order of entries (RoPE is applied before they are cached).
+values (4 bits), per head, for keys and values alike. They are dequantized into the padded layout of each
+call only, and attention does not care about the order of entries (RoPE is applied before they are cached).
 """
 
 from __future__ import annotations

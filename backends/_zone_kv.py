@@ -69,17 +69,13 @@ class ZonePacker:
         entries = held = full = 0
         element = cache.heads[0][0].keys.element_size() if cache.heads else 0
         positions: set[int] = set()
-        for layer in cache.heads:
-            for head in layer:
-                for store in head.packed:
-                    mine = store.positions >= self._start
-                    if store.bits != self.spec.bits or not bool(mine.any()):
-                        continue
-                    part = store.where(mine)
-                    entries += part.positions.numel()
-                    held += sum(t.numel() * t.element_size() for t in part.tensors())
-                    full += part.positions.numel() * (2 * cache.head_dim * element + part.positions.element_size())
-                    positions.update(part.positions.tolist())
+        for store in (s for layer in cache.heads for head in layer for s in head.packed if s.bits == self.spec.bits):
+            mine = store.positions[store.positions >= self._start]
+            entry = sum(t[:1].numel() * t.element_size() for t in store.tensors())  # every tensor holds a row each
+            entries += mine.numel()
+            held += mine.numel() * entry
+            full += mine.numel() * (2 * cache.head_dim * element + store.positions.element_size())
+            positions.update(mine.tolist())
         self.report.entries, self.report.bytes_held, self.report.bytes_full = entries, held, full
         self.report.at = sorted(p - self._start for p in positions)
         return self.report

@@ -155,25 +155,29 @@ def answer(model: ChatGravity, item: Item, group: str, seed: int | None = None) 
     skip, top2 = compute.get("skip") or {}, compute.get("top2") or {}
     text = f"{message.additional_kwargs.get('reasoning_content', '')}\n{message.content}"
     return Run(item.id, group, total if first is None else first, total, message.usage_metadata["output_tokens"],
-               text, item.correct(message.content), message.content, drafts.get("drafted", 0),
-               drafts.get("accepted", 0), drafts.get("passes", 0), list(gravity["entropy"]),
-               list(drafts.get("accepted_at", [])), compute.get("kv_bytes", 0), kv.get("entries", 0),
-               kv.get("bytes_held", 0), kv.get("bytes_full", 0), list(kv.get("at", [])), skip.get("steps", 0),
-               skip.get("layer_passes_saved", 0), list(skip.get("skipped_at", [])), top2.get("steps", 0),
-               list(top2.get("at", [])), _peak_rss_mib() if measured else None)
+               text, item.correct(message.content), answer=message.content, drafted=drafts.get("drafted", 0),
+               accepted=drafts.get("accepted", 0), passes=drafts.get("passes", 0), entropy=list(gravity["entropy"]),
+               accepted_at=list(drafts.get("accepted_at", [])), kv_bytes=compute.get("kv_bytes", 0),
+               zone_entries=kv.get("entries", 0), zone_bytes_held=kv.get("bytes_held", 0),
+               zone_bytes_full=kv.get("bytes_full", 0), packed_at=list(kv.get("at", [])),
+               skip_steps=skip.get("steps", 0), layer_passes_saved=skip.get("layer_passes_saved", 0),
+               skipped_at=list(skip.get("skipped_at", [])), top2_steps=top2.get("steps", 0),
+               top2_at=list(top2.get("at", [])), peak_rss_mib=_peak_rss_mib() if measured else None)
 
 
-def teacher_forced(backend: Any, model: ChatGravity, item: Item, full: Run, run: Run) -> None:
+def teacher_forced(backend: Any, model: ChatGravity, item: Item, full: Run, run: Run,
+                   plain: dict[str, list[int]]) -> None:
     """Fill ``run``'s agreement: along group A's output (its text re-encoded), the top-1 tokens of ``run``'s group's
-    packed cache against the full-precision cache's."""
+    packed cache against the full-precision cache's (computed once per item, kept in ``plain``)."""
     call = model._prepare([HumanMessage(item.question)], None, {})
     compute = call.request.compute
     if compute is None or compute.kv is None or compute.skip is not None:  # a skipping group's network differs
         return
     forced = backend.encode(_raw(full, call.fmt))
-    packed = backend.top1_along(call.request.prompt_ids, forced, call.request.compute)
-    plain = backend.top1_along(call.request.prompt_ids, forced)
-    run.forced_same, run.forced = sum(a == b for a, b in zip(packed, plain)), len(plain)
+    if item.id not in plain:
+        plain[item.id] = backend.top1_along(call.request.prompt_ids, forced)
+    packed = backend.top1_along(call.request.prompt_ids, forced, compute)
+    run.forced_same, run.forced = sum(a == b for a, b in zip(packed, plain[item.id])), len(plain[item.id])
 
 
 def _raw(run: Run, fmt: Any) -> str:
@@ -191,11 +195,12 @@ def run_set(backend: Any, items: Sequence[Item], groups: Sequence[str], gravity:
                              temperature=temperature) for g in groups}
     for g in groups:
         answer(models[g], items[0], g, seed=0)
-    runs = []
+    runs: list[Run] = []
+    plain: dict[str, list[int]] = {}
     for i, item in enumerate(items):
         mine = {g: answer(models[g], item, g, seed=i) for g in [*groups[i % len(groups):], *groups[:i % len(groups)]]}
         for g, r in mine.items():
-            teacher_forced(backend, models[g], item, mine[FULL], r)
+            teacher_forced(backend, models[g], item, mine[FULL], r, plain)
         runs.extend(mine[g] for g in groups)
         advance(f"{item.id} ({i + 1}/{len(items)})")
     return runs
