@@ -151,7 +151,12 @@ def _compute_spec(compute: ComputeConfig | None, backend: Backend) -> ComputeSpe
             f"(TransformersBackend); the {backend.provider} backend cannot change compute per request. vLLM's own "
             "options are engine-wide (`--kv-cache-dtype fp8` for every entry), and its speculative decoding "
             "(`--speculative-config`) refuses custom logits processors, gravity's included; pass compute=None here")
-    spec = compute.spec()
+    try:
+        profile = load_profile(backend.model_name) if "profile" in (
+            compute.speculate and compute.speculate.layers, compute.skip and compute.skip.layers) else None
+        spec = compute.calibrated(profile.layers if profile else None, backend.model_name).spec()
+    except ValueError as exc:
+        raise InvalidCallOptionError(f"ComputeConfig: {exc}") from exc
     draft_layers = SkipSpec(layers=spec.draft.layers) if spec.draft and spec.draft.layers else None
     for name, layers in (("skip", spec.skip), ("speculate.layers", draft_layers)):
         if layers is not None:
@@ -223,7 +228,7 @@ class ChatGravity(BaseChatModel):
         if "gravity" not in self.model_fields_set:
             name = self.profile_key()
             profile = load_profile(name)
-            if profile is not None:
+            if profile is not None and profile.gravity is not None:
                 self.gravity, self._profile = profile.gravity, str(profile_path(name))
                 self._risk = profile.calibration.risk(self._profile) if profile.calibration else None
         return self

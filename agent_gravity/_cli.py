@@ -257,8 +257,10 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from agent_gravity._calibrate import GRID, calibrate
     from agent_gravity._chat_model import ChatGravity
-    from agent_gravity._profile import save_profile
+    from agent_gravity._profile import update_profile
 
+    if args.layers:
+        return _calibrate_layers(args)
     unknown = set(args.candidates or ()) - {c.name for c in GRID}
     if unknown:
         raise SystemExit(f"unknown candidates {sorted(unknown)}; the grid is {[c.name for c in GRID]}")
@@ -275,7 +277,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
         profile = calibrate(model, tasks, args.epsilon, args.delta, args.concurrency, grid, advance)
     bar.close()
-    path = save_profile(profile)
+    path = update_profile(profile.model, **{k: getattr(profile, k) for k in ("gravity", "calibration", "measured")})
     c = profile.calibration
     assert c is not None
     if c.bound_met:
@@ -286,6 +288,44 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"{profile.model}: NO candidate met epsilon {c.epsilon:g} at delta {c.delta:g} on {c.items} items; "
               "the profile keeps the shipped defaults and says so")
     print(f"wrote {path}; ChatGravity loads it for this model unless given gravity=...")
+    return 0
+
+
+def _calibrate_layers(args: argparse.Namespace) -> int:
+    from agent_gravity._config import ComputeConfig
+    from agent_gravity._layer_search import LayerSearch, answer_samples, calibrate_layers
+    from agent_gravity._profile import update_profile
+    from agent_gravity.bench.structured_tasks import generate_structured_tasks
+
+    if args.layer_questions < 2 or args.layer_tokens < 8 or not 0 < args.skip_agreement <= 1:
+        raise SystemExit("--layer-questions must be at least 2, --layer-tokens at least 8, and --skip-agreement in "
+                         "(0, 1]")
+    half = args.layer_questions // 2
+    one_wording = {t.pair or t.id: t.question for t in _family_tasks(2, args.families, args.seed)}
+    family = list(one_wording.values())[:args.layer_questions - half]
+    structured = [t.question for t in generate_structured_tasks(half, args.seed)][:half]
+    compute = ComputeConfig().spec()
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = _transformers_backend(args.model)
+        layers = backend.num_layers
+        most = layers // 2 if args.max_skip is None else args.max_skip
+        if not 1 <= most < layers:
+            raise SystemExit(f"--max-skip must be between 1 and {layers - 1} for this model")
+        print(f"answering {len(family) + len(structured)} calibration questions", file=sys.stderr)
+        search = LayerSearch(answer_samples(backend, [*family, *structured], args.layer_tokens, compute),
+                             lambda prompt, output, skip: backend.forced(prompt, output, skip)[0])
+        print(f"searching over {layers} layers on {search.positions} zone positions", file=sys.stderr)
+        found = calibrate_layers(search, layers, compute, most, args.skip_agreement, args.max_draft)
+    path = update_profile(backend.model_name, layers=found)
+    for step in found.path:
+        print(f"skip {len(step.layers):>2} layers {list(step.layers)}: top-1 agreement in zones {step.agreement:.1%}")
+    drafts = (f"draft layers {list(found.draft_layers)} (modelled speedup {found.modelled_speedup:.2f}x at drafts "
+              f"of {found.draft_length})" if found.draft_layers else "no layer set drafts faster than context "
+              "drafts alone: layer drafts stay off")
+    skips = (f"skip layers {list(found.skip_layers)}" if found.skip_layers else
+             f"no layer set keeps {found.skip_target:.0%} agreement: lossy skipping needs layers named by hand")
+    print(f"{drafts}; {skips}\nwrote {path}; use them with SpeculationConfig(layers='profile') or "
+          "LayerSkipConfig(layers='profile')")
     return 0
 
 
@@ -357,7 +397,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
 _KV_POLICIES = ("head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity", "head_entropy_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
-_GROUPS = ("full", "lossless", "lossless+layers", "kv8", "kv4", "skip", "skip+kv8", "skip10", "top2")
+_GROUPS = ("full", "lossless", "lossless+layers", "never-zone", "kv8", "kv4", "skip", "skip+kv8", "skip10", "top2")
 """bench groups' groups (agent_gravity.bench.groups.GROUPS), listed here for the same reason."""
 
 
@@ -505,6 +545,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                                    "(default: all)")
     cal.add_argument("--concurrency", type=int, default=8)
     cal.add_argument("--model", help="a local model folder (default: the embedded model)")
+    cal.add_argument("--layers", action="store_true",
+                     help="instead of the exit settings, choose the decoder layers to do without inside gravity zones "
+                          "(layer drafts and lossy skipping) on the transformers backend; kept in the same profile")
+    cal.add_argument("--layer-questions", type=int, default=12, help="--layers: calibration questions (default 12)")
+    cal.add_argument("--layer-tokens", type=int, default=128, help="--layers: tokens per answer (default 128)")
+    cal.add_argument("--max-skip", type=int, default=None, help="--layers: most layers searched (default: half)")
+    cal.add_argument("--skip-agreement", type=float, default=0.95,
+                     help="--layers: top-1 agreement in zones lossy skipping must keep (default 0.95)")
+    cal.add_argument("--max-draft", type=int, default=8, help="--layers: longest draft modelled (default 8)")
     cal.set_defaults(run=_calibrate)
     return parser
 

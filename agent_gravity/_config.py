@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,6 +17,9 @@ from agent_gravity.backends._speculation import DraftSpec
 from agent_gravity.backends._top2 import Top2Spec
 from agent_gravity.backends._zone_kv import ZoneKVSpec
 from agent_gravity.policies import policy_from_spec
+
+if TYPE_CHECKING:
+    from agent_gravity._profile import LayerCalibration
 
 
 class ReasoningFormat(BaseModel):
@@ -173,6 +176,9 @@ class KVConfig(BaseModel):
         return spec
 
 
+_Layers = Annotated[tuple[int, ...], Field(min_length=1, max_length=MAX_LAYERS)]
+
+
 class SpeculationConfig(BaseModel):
     """Lossless self-speculation inside gravity zones (transformers backend).
 
@@ -187,9 +193,10 @@ class SpeculationConfig(BaseModel):
 
     max_draft: int = Field(8, ge=1, le=MAX_DRAFT)
     ngram: int = Field(3, ge=1, le=MAX_DRAFT)
-    layers: tuple[int, ...] | None = Field(None, min_length=1, max_length=MAX_LAYERS)
+    layers: _Layers | Literal["profile"] | None = None
     """Where the context has no match, the model drafts itself with these decoder layers skipped (0-based; the
-    check still runs the full model, so the output stays its own); None: context drafts only."""
+    check still runs the full model, so the output stays its own); "profile": the layers ``agent-gravity calibrate
+    --layers`` chose for the model (context drafts only where it found none that pays); None: context drafts only."""
 
 
 class ZoneKVConfig(BaseModel):
@@ -206,12 +213,13 @@ class ZoneKVConfig(BaseModel):
 
 class LayerSkipConfig(BaseModel):
     """Lossy: inside a gravity zone each token is computed without some decoder layers, unchecked. ``layers``
-    names them (0-based); None skips the middle ``fraction`` of the model's layers."""
+    names them (0-based), or "profile" the layers ``agent-gravity calibrate --layers`` chose for the model; None
+    skips the middle ``fraction`` of the model's layers."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     fraction: float = Field(0.25, gt=0, lt=1)
-    layers: tuple[int, ...] | None = Field(None, min_length=1, max_length=MAX_LAYERS)
+    layers: _Layers | Literal["profile"] | None = None
 
 
 class Top2Config(BaseModel):
@@ -245,8 +253,26 @@ class ComputeConfig(BaseModel):
                              "model's own output: set speculate=None to skip layers, or skip=None")
         return self
 
+    def calibrated(self, layers: LayerCalibration | None, model: str) -> ComputeConfig:
+        """This config with ``layers="profile"`` replaced by what calibration chose for ``model`` (``layers``: its
+        profile's); ValueError saying how to calibrate when there is nothing to take."""
+        update = {}
+        if self.speculate is not None and self.speculate.layers == "profile":
+            if layers is None:
+                raise ValueError(f"speculate.layers='profile' but {model} has no layer calibration: run "
+                                 "`agent-gravity calibrate --layers` for it, or name the layers")
+            update["speculate"] = self.speculate.model_copy(update={"layers": layers.draft_layers})
+        if self.skip is not None and self.skip.layers == "profile":
+            if layers is None or layers.skip_layers is None:
+                missing = "has no layer calibration" if layers is None else \
+                    f"kept no layer set at {layers.skip_target:.0%} top-1 agreement in calibration"
+                raise ValueError(f"skip.layers='profile' but {model} {missing}: run `agent-gravity calibrate "
+                                 "--layers` (with a lower --skip-agreement), or name the layers")
+            update["skip"] = self.skip.model_copy(update={"layers": layers.skip_layers})
+        return self.model_copy(update=update)
+
     def spec(self) -> ComputeSpec:
-        """The engine-side form."""
+        """The engine-side form (layers named, not "profile": see ``calibrated``)."""
         def part(cls: type, config: BaseModel | None) -> Any:
             return None if config is None else cls(**config.model_dump())
 

@@ -44,17 +44,52 @@ class Calibration(BaseModel):
                 "bound_met": self.bound_met, "candidate": self.candidate}
 
 
+class LayerStep(BaseModel):
+    """One step of the layer search: the layers skipped so far and the top-1 agreement with the full model kept."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layers: tuple[int, ...]
+    agreement: float = Field(ge=0, le=1)
+
+
+class LayerCalibration(BaseModel):
+    """The decoder layers this model does without inside gravity zones, as ``agent-gravity calibrate --layers``
+    chose them, and the search they were chosen on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    draft_layers: tuple[int, ...] | None
+    """Skipped when the model drafts itself (lossless); None when no set's modelled speedup beat context drafts."""
+    modelled_speedup: float | None
+    draft_length: int | None
+    skip_layers: tuple[int, ...] | None
+    """Skipped outright inside zones (lossy): the largest set keeping ``skip_target`` agreement; None when none did."""
+    skip_target: float = Field(gt=0, le=1)
+    path: list[LayerStep]
+    below: float
+    window: int
+    answers: int = Field(ge=1)
+    positions: int = Field(ge=1)
+    """Zone positions scored (teacher-forced along the full model's calibration answers)."""
+    layers_total: int = Field(ge=1)
+    when: str
+
+
 class GravityProfile(BaseModel):
     """A calibrated configuration for one model, and the evidence it was chosen on."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str
-    gravity: GravityConfig
+    gravity: GravityConfig | None = None
+    """The exit settings to use; None when only the layers were calibrated (ChatGravity keeps its defaults)."""
     calibration: Calibration | None = None
     """The risk-controlled calibration that chose ``gravity``; None for a profile written by hand."""
     measured: dict[str, Any] = {}
     """Everything else calibration measured (each candidate's test)."""
+    layers: LayerCalibration | None = None
+    """What ``calibrate --layers`` chose: layers drafts and lossy skipping use under ``layers="profile"``."""
 
 
 def profile_path(model_name: str) -> Path:
@@ -84,3 +119,10 @@ def save_profile(profile: GravityProfile) -> Path:
     staging.write_text(json.dumps(profile.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
     os.replace(staging, path)
     return path
+
+
+def update_profile(model_name: str, **fields: Any) -> Path:
+    """Save ``fields`` into the profile of ``model_name`` (created when there is none), keeping the rest of what
+    it holds: an exit calibration keeps the calibrated layers, and the other way round."""
+    current = load_profile(model_name) or GravityProfile(model=model_name)
+    return save_profile(GravityProfile.model_validate({**current.model_dump(), **fields}))

@@ -274,6 +274,14 @@ class TransformersBackend(HFTokenizerMethods):
                     packer.step(cache, cache.next_position)
             return top
 
+    def forced(self, prompt_ids: Sequence[int], answer_ids: Sequence[int],
+               skip: tuple[int, ...] = ()) -> tuple[list[int], list[float]]:
+        """The model's top-1 token and next-token entropy at each position of ``answer_ids`` after ``prompt_ids``,
+        fed the given answer (teacher forcing) in one pass on a fresh cache, without the decoder layers ``skip``."""
+        with self._lock:
+            rows = self.forward_rows([*prompt_ids, *answer_ids[:-1]], self.new_cache(), skip)[len(prompt_ids) - 1:]
+            return rows.argmax(dim=-1).tolist(), _entropies(rows).tolist()
+
     def end_session(self, session_id: str) -> None:
         """Forget a conversation's KV cache and free its memory."""
         with self._lock:

@@ -31,6 +31,7 @@ from agent_gravity._config import (
     Top2Config,
     ZoneKVConfig,
 )
+from agent_gravity._profile import load_profile
 from agent_gravity.backends._layer_skip import middle_layers
 from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench._stats import ratio_ci, wilson
@@ -38,20 +39,48 @@ from agent_gravity.bench.structured_tasks import StructuredTask, generate_struct
 from agent_gravity.bench.tasks import Task, agrees, is_correct, load_tasks
 
 FULL = "full"
+NEVER = 1e-3
+"""The zone threshold of the never-zone group (nats): no stretch of an answer is that certain, so the lossless
+settings run without ever acting, and their time against group A is what a request outside zones pays."""
+
+
+@dataclass(frozen=True)
+class Layers:
+    """The layers the layer groups do without: those ``agent-gravity calibrate --layers`` chose for the model where
+    its profile has them, else the middle quarter (``source`` says which, per use)."""
+
+    draft: tuple[int, ...]
+    skip: tuple[int, ...]
+    source: dict[str, str]
+
+    @classmethod
+    def of(cls, backend: Any) -> Layers:
+        profile = load_profile(backend.model_name)
+        found = profile.layers if profile is not None else None
+        middle, chosen, source = middle_layers(backend.num_layers, 0.25), {}, {}
+        for use in ("draft", "skip"):
+            layers = getattr(found, f"{use}_layers") if found is not None else None
+            chosen[use] = layers or middle
+            source[use] = ("calibrated" if layers else "middle quarter (calibration chose none)" if found is not None
+                           else "middle quarter (not calibrated: agent-gravity calibrate --layers)")
+        return cls(chosen["draft"], chosen["skip"], source)
+
+
 _OFF = {"speculate": None}
-GROUPS: dict[str, Callable[[int], ComputeConfig]] = {
-    FULL: lambda n: ComputeConfig(**_OFF),                                                       # A: no action
-    "lossless": lambda n: ComputeConfig(),
-    "lossless+layers": lambda n: ComputeConfig(speculate=SpeculationConfig(layers=middle_layers(n, 0.25))),
-    "kv8": lambda n: ComputeConfig(**_OFF, kv=ZoneKVConfig(bits=8)),                             # B
-    "kv4": lambda n: ComputeConfig(**_OFF, kv=ZoneKVConfig(bits=4)),
-    "skip": lambda n: ComputeConfig(**_OFF, skip=LayerSkipConfig()),                             # C
-    "skip+kv8": lambda n: ComputeConfig(**_OFF, kv=ZoneKVConfig(bits=8), skip=LayerSkipConfig()),  # D
-    "skip10": lambda n: ComputeConfig(**_OFF, skip=LayerSkipConfig(fraction=0.1)),
-    "top2": lambda n: ComputeConfig(**_OFF, top2=Top2Config()),
+GROUPS: dict[str, Callable[[Layers], ComputeConfig]] = {
+    FULL: lambda ly: ComputeConfig(**_OFF),  # A: no action
+    "lossless": lambda ly: ComputeConfig(),
+    "lossless+layers": lambda ly: ComputeConfig(speculate=SpeculationConfig(layers=ly.draft)),
+    "never-zone": lambda ly: ComputeConfig(below=NEVER),
+    "kv8": lambda ly: ComputeConfig(**_OFF, kv=ZoneKVConfig(bits=8)),  # B
+    "kv4": lambda ly: ComputeConfig(**_OFF, kv=ZoneKVConfig(bits=4)),
+    "skip": lambda ly: ComputeConfig(**_OFF, skip=LayerSkipConfig(layers=ly.skip)),  # C
+    "skip+kv8": lambda ly: ComputeConfig(**_OFF, kv=ZoneKVConfig(bits=8), skip=LayerSkipConfig(layers=ly.skip)),  # D
+    "skip10": lambda ly: ComputeConfig(**_OFF, skip=LayerSkipConfig(fraction=0.1)),
+    "top2": lambda ly: ComputeConfig(**_OFF, top2=Top2Config()),
 }
-"""Every group, by name, for a model of ``n`` decoder layers (layer drafts skip its middle quarter); group A runs
-the same decode loop with no action, so its KV bytes are reported too."""
+"""Every group, by name, for a model's ``Layers``; group A runs the same decode loop with no action, so its KV
+bytes are reported too."""
 SAMPLED = {"top2"}
 """Groups that change nothing at temperature 0: they run on the sampled set only."""
 SAMPLING_TEMPERATURE = 0.7
@@ -189,9 +218,10 @@ def _raw(run: Run, fmt: Any) -> str:
 
 
 def run_set(backend: Any, items: Sequence[Item], groups: Sequence[str], gravity: GravityConfig,
-            advance: Callable[[str], None], temperature: float = 0.0) -> list[Run]:
+            advance: Callable[[str], None], temperature: float = 0.0, layers: Layers | None = None) -> list[Run]:
     """Every group answers every item (the order of groups rotates per item) after one warm-up answer each."""
-    models = {g: ChatGravity(backend=backend, gravity=gravity, compute=GROUPS[g](backend.num_layers),
+    layers = layers or Layers.of(backend)
+    models = {g: ChatGravity(backend=backend, gravity=gravity, compute=GROUPS[g](layers),
                              temperature=temperature) for g in groups}
     for g in groups:
         answer(models[g], items[0], g, seed=0)
@@ -250,13 +280,15 @@ def run(backend: Any, sets: dict[str, tuple[Sequence[Item], GravityConfig, float
     unknown = set(groups) - set(GROUPS)
     if unknown or FULL not in groups:
         raise ValueError(f"groups must include {FULL!r} and come from {sorted(GROUPS)}; got {sorted(groups)}")
-    layers = backend.num_layers
-    report: dict[str, Any] = {"groups": list(groups), "layers": layers, "sets": {}, "runs": {}}
+    layers, chosen_layers = backend.num_layers, Layers.of(backend)
+    report: dict[str, Any] = {"groups": list(groups), "layers": layers, "layers_used": asdict(chosen_layers),
+                              "sets": {}, "runs": {}}
     for name, (items, gravity, temperature) in sets.items():
         chosen = [g for g in groups if (g in SAMPLED) == (temperature > 0) or g == FULL]
         if len(chosen) < 2:
             continue
-        runs = run_set(backend, items, chosen, gravity, lambda s, name=name: advance(f"{name}: {s}"), temperature)
+        runs = run_set(backend, items, chosen, gravity, lambda s, name=name: advance(f"{name}: {s}"), temperature,
+                       chosen_layers)
         report["sets"][name] = summarize(runs, chosen, layers, items)
         report["runs"][name] = [asdict(r) for r in runs]
     return report

@@ -46,9 +46,13 @@ def test_the_cli_lists_every_group():
 
 
 def test_a_small_run_writes_its_report_with_top2_on_the_sampled_set_only(transformers_backend, tmp_path):
-    report = groups.main(transformers_backend, 1, 0, ["full", "kv8", "skip", "top2"], tmp_path, lambda _: None)
+    report = groups.main(transformers_backend, 1, 0, ["full", "never-zone", "kv8", "skip", "top2"], tmp_path,
+                         lambda _: None)
     assert set(report["sets"]) == {"savings", "sampled"} and report["layers"] == 30
-    assert set(report["sets"]["savings"]) == {"full", "kv8", "skip"} and set(report["sets"]["sampled"]) == {"full", "top2"}
+    assert set(report["sets"]["savings"]) == {"full", "never-zone", "kv8", "skip"}
+    assert set(report["sets"]["sampled"]) == {"full", "top2"}
+    assert report["sets"]["savings"]["never-zone"]["idle"]["items"] == 1, "no zone that certain: nothing drafted"
+    assert report["layers_used"]["source"]["skip"].startswith("middle quarter (not calibrated")
     kv8 = report["sets"]["savings"]["kv8"]
     assert kv8["teacher_forced_top1"]["n"] > 0 and kv8["kv_bytes_fewer"]["value"] >= 1.0
     runs = {(r["group"], r["item"]): r for r in report["runs"]["savings"]}
