@@ -5,11 +5,20 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from agent_gravity._limits import MAX_DRAFT, MAX_LAYERS, MAX_NATS, MAX_TEXT, MAX_TOKENS, MAX_WINDOW, bounded
+from agent_gravity._limits import (
+    MAX_DRAFT,
+    MAX_LAYERS,
+    MAX_NATS,
+    MAX_PROBE_TOKENS,
+    MAX_TEXT,
+    MAX_TOKENS,
+    MAX_WINDOW,
+    bounded,
+)
 from agent_gravity._probe import PROBE_LIMITS, ProbeSpec
 from agent_gravity.backends._compute import ComputeSpec
 from agent_gravity.backends._layer_skip import SkipSpec
@@ -278,6 +287,73 @@ class ComputeConfig(BaseModel):
 
         return ComputeSpec(self.below, self.window, part(DraftSpec, self.speculate), part(ZoneKVSpec, self.kv),
                            part(SkipSpec, self.skip), part(Top2Spec, self.top2))
+
+
+class RouteConfig(BaseModel):
+    """Which compute a call gets, by entropy: answer without reasoning when a direct answer is sure (``think``),
+    and, with ``ChatGravity(tiers=...)``, which tier keeps a call (a cascade from the cheapest tier up).
+
+    A tier's output goes up to the next tier when its per-token entropy ``escalate_quantile`` is above
+    ``escalate_above`` nats, when it wrote no answer, or (``escalate_unsettled``) when its answer probes had not
+    settled. ``tasks`` pins kinds of work to a tier, with no escalation: a ``task`` call option's value,
+    ``structured`` (with_structured_output) or ``tools`` (bind_tools). Tool and structured calls skip the cascade
+    (they go to the last tier) unless ``tools``/``structured`` say otherwise or ``tasks`` pins them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    think: Literal["always", "adaptive"] = "always"
+    """``adaptive``: before reasoning, the call writes its answer with an empty reasoning; when every token of its
+    first line has entropy at most ``direct_below``, that is the answer and reasoning is skipped. Not for tool or
+    structured calls (they have no reasoning) nor for task types gravity excludes."""
+    direct_below: float | Literal["profile"] = "profile"
+    """Nats; ``profile``: the threshold ``agent-gravity calibrate --route`` certified for the model (a call is
+    refused when it has none; when calibration certified none, every call reasons and probes nothing)."""
+    direct_tokens: int = Field(12, ge=1, le=MAX_PROBE_TOKENS)
+    """Tokens of the direct answer read before deciding: its first line, at most this many."""
+    escalate_quantile: float = Field(0.9, gt=0, le=1)
+    escalate_above: float = Field(1.0, ge=0, le=MAX_NATS, allow_inf_nan=False)
+    escalate_unsettled: bool = True
+    tasks: dict[str, str] = Field(default_factory=dict)
+    """Kind of work -> the tier name that answers it outright, e.g. ``{"structured": "cheap"}``."""
+    tools: bool = False
+    """Tool calls run the cascade too (escalating on the entropy of the call they write)."""
+    structured: bool = False
+    """Structured-output calls run the cascade too."""
+
+    @field_validator("direct_below")
+    @classmethod
+    def _nats(cls, value: float | str) -> float | str:
+        if value != "profile":
+            bounded("direct_below", value, 0, MAX_NATS)
+        return value
+
+
+class Tier(BaseModel):
+    """One tier of a cascade: a model on any backend, and how it runs. Fields left unset are the chat model's;
+    setting any of ``model``, ``base_url``, ``backend`` gives the tier its own engine (and ``api_key``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_TEXT)
+    model: str | None = None
+    """A local model folder, or a server's served model name with ``base_url``."""
+    base_url: str | list[str] | None = None
+    api_key: SecretStr | None = None
+    backend: Any = Field(default=None, exclude=True)
+    """A ready Backend."""
+    gravity: GravityConfig | None = None
+    """This tier's gravity (e.g. a smaller ``max_reasoning_tokens`` for a cheap tier); None: the chat model's."""
+    compute: ComputeConfig | None = None
+    """Cheaper zone tokens on this tier (transformers backend), e.g. ``ComputeConfig(speculate=None,
+    skip=LayerSkipConfig(layers="profile"))`` for a layer-skipped cheap tier."""
+    max_model_len: int | None = Field(None, ge=16)
+
+    ENGINE_FIELDS: ClassVar[frozenset[str]] = frozenset({"model", "base_url", "api_key", "backend"})
+
+    def overrides(self) -> dict[str, Any]:
+        """The chat-model fields this tier sets."""
+        return {k: getattr(self, k) for k in self.model_fields_set - {"name"}}
 
 
 CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"

@@ -76,6 +76,29 @@ class LayerCalibration(BaseModel):
     when: str
 
 
+class RouteCalibration(BaseModel):
+    """The direct-answer threshold ``agent-gravity calibrate --route`` certified for this model (RouteConfig's
+    ``direct_below="profile"``), and the test it passed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    direct_below: float | None
+    """Nats; None when no threshold met the bound: adaptive thinking then reasons on every call."""
+    epsilon: float = Field(gt=0, lt=1)
+    delta: float = Field(gt=0, lt=1)
+    bound: float | None
+    loss: float | None
+    """Answers changed against the reasoned answer, on the calibration items the threshold sends direct."""
+    direct_share: float | None
+    """Share of calibration items the threshold answers directly."""
+    reasoning_saved: float | None
+    items: int = Field(ge=1)
+    families: list[str]
+    guarantee: str
+    tests: list[dict[str, Any]] = []
+    when: str
+
+
 class GravityProfile(BaseModel):
     """A calibrated configuration for one model, and the evidence it was chosen on."""
 
@@ -90,6 +113,8 @@ class GravityProfile(BaseModel):
     """Everything else calibration measured (each candidate's test)."""
     layers: LayerCalibration | None = None
     """What ``calibrate --layers`` chose: layers drafts and lossy skipping use under ``layers="profile"``."""
+    route: RouteCalibration | None = None
+    """What ``calibrate --route`` certified: the direct-answer threshold of adaptive thinking."""
 
 
 def profile_path(model_name: str) -> Path:
