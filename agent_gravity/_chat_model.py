@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -23,12 +24,23 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
 from agent_gravity import _model_store
+from agent_gravity._cascade import Cascade
 from agent_gravity._compaction import compact_history
-from agent_gravity._config import NATIVE_THINK, ComputeConfig, GravityConfig, KVConfig, ReasoningFormat, TelemetryConfig
+from agent_gravity._config import (
+    NATIVE_THINK,
+    ComputeConfig,
+    GravityConfig,
+    KVConfig,
+    ReasoningFormat,
+    RouteConfig,
+    TelemetryConfig,
+    Tier,
+)
 from agent_gravity._errors import ContextLengthError, InvalidCallOptionError
 from agent_gravity._messages import gravity_metadata, to_chat_dicts, usage_metadata
 from agent_gravity._profile import load_profile, profile_path
 from agent_gravity._reasoning import ReasoningSplitter, scaffold, split_reasoning
+from agent_gravity._route import DirectGate
 from agent_gravity._steering import ReasoningIds, SteeringSpec
 from agent_gravity.telemetry._call import ChatTelemetry, chat_telemetry
 from agent_gravity.telemetry._content import output_messages
@@ -58,7 +70,7 @@ from agent_gravity.backends.base import (
 )
 
 _OVERRIDES = ("gravity", "temperature", "top_p", "seed", "task", "max_tokens", "timeout", "model", "conversation_id",
-              "compute")
+              "compute", "route")
 _PER_CALL_ONLY = ("response_format", "ls_structured_output_format", "tools", "tool_choice")
 
 
@@ -74,6 +86,20 @@ class _Call:
     task: str | None = None
     tools: ToolSet | None = None
     from_profile: bool = False
+    direct: GenerationRequest | None = None
+    """The same call answered with an empty reasoning (adaptive thinking); None when the call always reasons."""
+    direct_below: float | None = None
+    route: dict[str, Any] | None = None
+    """How the call was routed, for ``response_metadata["gravity"]["route"]``; None when it was not."""
+
+    direct_tokens: int = 0
+
+    def routed(self, gate: DirectGate) -> _Call:
+        """This call as the gate routed it: its direct answer (no reasoning phase to split off), or reasoning."""
+        route = gate.record(self.direct_below)
+        if gate.verdict:
+            return dataclasses.replace(self, request=self.direct, fmt=None, direct=None, route=route)
+        return dataclasses.replace(self, direct=None, route=route)
 
 
 # Scanning the vocabulary costs milliseconds: once per backend (and marker), not once per call.
@@ -127,6 +153,14 @@ def steering_spec(backend: Backend, config: GravityConfig, task: str | None,
         min_tokens=config.min_tokens, reasoning=ids, brackets=_bracket_deltas(backend), structured=structured,
         guard_ids=_tool_guard_ids(backend) if tools else (),
     )
+
+
+async def _achain(held: Sequence[StreamItem], rest: AsyncIterator[StreamItem]) -> AsyncIterator[StreamItem]:
+    """``held`` items, then the rest of an async stream."""
+    for item in held:
+        yield item
+    async for item in rest:
+        yield item
 
 
 def local_backend(model: str | None = None, **settings: Any) -> Backend:
@@ -213,6 +247,13 @@ class ChatGravity(BaseChatModel):
     streaming: bool = False
     """``invoke`` streams under the hood (LangChain's convention); the result is the same message."""
     max_model_len: int = Field(4096, ge=16)
+    route: RouteConfig | None = None
+    """Route by entropy: answer without reasoning when a direct answer is sure (``think="adaptive"``), and with
+    ``tiers``, when a cheaper tier's answer stands; also a per-call option."""
+    tiers: list[Tier] | None = None
+    """A cascade, cheapest first: each call starts on the first tier and goes up while ``route`` says the output
+    is unsure (see RouteConfig); the last tier's answer always stands. A call's ``gravity`` option applies to the
+    tiers that do not set their own."""
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     """Spans (own, enrich the caller's, off), opt-in message content, and the entropy trace file."""
     backend: Any = Field(default=None, exclude=True)
@@ -221,6 +262,7 @@ class ChatGravity(BaseChatModel):
     _backend: Backend | None = PrivateAttr(default=None)
     _profile: str | None = PrivateAttr(default=None)
     _risk: dict[str, Any] | None = PrivateAttr(default=None)
+    _tiers: Cascade | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _load_gravity_profile(self) -> ChatGravity:
@@ -233,8 +275,36 @@ class ChatGravity(BaseChatModel):
                 self._risk = profile.calibration.risk(self._profile) if profile.calibration else None
         return self
 
+    @model_validator(mode="after")
+    def _build_tiers(self) -> ChatGravity:
+        """Each tier is a chat model of its own: this one's settings, with the tier's in place of them."""
+        if self.tiers is None:
+            return self
+        names = [t.name for t in self.tiers]
+        if len(names) < 2 or len(set(names)) != len(names):
+            raise ValueError(f"tiers needs at least two tiers with distinct names, cheapest first; got {names}")
+        route = self.route or RouteConfig()
+        if unknown := sorted(set(route.tasks.values()) - set(names)):
+            raise ValueError(f"route.tasks names tiers {unknown} that are not among the tiers {names}")
+        inherited = {k: getattr(self, k) for k in self.model_fields_set - {"tiers"}}
+        models = []
+        for tier in self.tiers:
+            own = tier.overrides()
+            base = {k: v for k, v in inherited.items() if not (own.keys() & Tier.ENGINE_FIELDS and
+                                                                 k in Tier.ENGINE_FIELDS)}
+            models.append(type(self)(**{**base, **own}))
+        self._tiers = Cascade(tuple(names), tuple(models), route, self.task,
+                              tuple(t.gravity is not None for t in self.tiers))
+        return self
+
+    def _cascade(self) -> Cascade:
+        assert self._tiers is not None
+        return self._tiers
+
     def profile_key(self) -> str:
-        """The model name profiles are saved and found under (the backend's ``model_name``)."""
+        """The model name profiles are saved and found under (the backend's ``model_name``; the last tier's)."""
+        if self._tiers is not None:
+            return self._tiers.models[-1].profile_key()
         if self.backend is not None:
             return self.backend.model_name
         if self.model is None:
@@ -253,6 +323,8 @@ class ChatGravity(BaseChatModel):
 
     def get_backend(self) -> Backend:
         """The backend this model runs on, starting (or joining) the local vLLM engine on first use."""
+        if self._tiers is not None:
+            return self._tiers.models[-1].get_backend()
         if self._backend is None:
             self._backend = self.backend or self._start_local_backend()
         return self._backend
@@ -391,7 +463,33 @@ class ChatGravity(BaseChatModel):
                 "compact_tool_outputs=1) there, or change backend")
         request = GenerationRequest(prompt, sampling, spec, timeout=opts["timeout"], session=opts["conversation_id"],
                                     compute=compute)
-        return _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
+        call = _Call(backend, request, fmt, params, config, opts["task"], tools, from_profile)
+        route: RouteConfig | None = opts["route"]
+        if route is not None and route.think == "adaptive" and fmt is not None and config.active_for(opts["task"]):
+            self._adapt(call, route, chat)
+        return call
+
+    def _adapt(self, call: _Call, route: RouteConfig, chat: list[dict[str, str]]) -> None:
+        """Give ``call`` its direct-answer request (the answer prefix after an empty reasoning), or record why it
+        always reasons."""
+        below = route.direct_below
+        if below == "profile":
+            profile = load_profile(call.backend.model_name)
+            if profile is None or profile.route is None:
+                raise InvalidCallOptionError(
+                    f"RouteConfig(direct_below='profile') but {call.backend.model_name} has no route calibration: run "
+                    "`agent-gravity calibrate --route` for it, or give direct_below in nats")
+            below = profile.route.direct_below
+        if below is None:
+            call.route = {"route": "reason", "why": "calibration certified no direct-answer threshold"}
+            return
+        fmt, backend, config = call.fmt, call.backend, call.config
+        sampling = dataclasses.replace(call.request.sampling,
+                                       max_tokens=min(call.request.sampling.max_tokens, config.max_answer_tokens))
+        call.direct = GenerationRequest(backend.render(chat, fmt.start + fmt.end + fmt.answer_prefix), sampling,
+                                        steering_spec(backend, config, call.task, None), timeout=call.request.timeout,
+                                        compute=call.request.compute)
+        call.direct_below, call.direct_tokens = below, route.direct_tokens
 
     @staticmethod
     def _tool_set(tools: list[dict[str, Any]] | None, choice: Any, schema: dict | None) -> ToolSet | None:
@@ -423,7 +521,7 @@ class ChatGravity(BaseChatModel):
         profile = self._profile if call.from_profile else None
         session = {**dataclasses.asdict(result.session), **self._compress(call, result)} if result.session else None
         gravity = {**gravity_metadata(result, call.request.sampling.max_tokens), "profile": profile, "task": call.task,
-                   "risk": self._risk if call.from_profile else None, "session": session}
+                   "risk": self._risk if call.from_profile else None, "session": session, "route": call.route}
         tel.finish(result.response_id, result.finish_reason, dict(usage), gravity,
                    {"conversation_id": call.request.session, "task": call.task, "zone": zone_of(call.config.policy)},
                    lambda: self._output_content(call, result))
@@ -508,39 +606,95 @@ class ChatGravity(BaseChatModel):
             return ToolStreamSplitter(call.tools)
         return ReasoningSplitter(call.fmt) if call.fmt else None
 
+    # -- the call's tokens: its direct answer when adaptive thinking is sure of it, else the reasoning call --------
+
+    @staticmethod
+    def _run(call: _Call, tel: ChatTelemetry) -> Iterator[tuple[_Call, StreamItem]]:
+        """The stream items of ``call``, each with the call (as routed) that wrote it."""
+        source = call.backend.stream(call.request)
+        if call.direct is not None:
+            gate, direct = DirectGate(call.direct_below, call.direct_tokens, call.backend.decode), \
+                call.backend.stream(call.direct)
+            for item in direct:
+                if gate.feed(item) is not None:
+                    break
+            call = call.routed(gate)
+            if gate.verdict:
+                source = itertools.chain(gate.held, direct)
+            else:
+                direct.close()  # aborts the direct answer in the engine
+        for item in tel.timed(source):
+            yield call, item
+
+    @staticmethod
+    async def _arun(call: _Call, tel: ChatTelemetry) -> AsyncIterator[tuple[_Call, StreamItem]]:
+        """Async form of :meth:`_run`."""
+        source = call.backend.astream(call.request)
+        if call.direct is not None:
+            gate, direct = DirectGate(call.direct_below, call.direct_tokens, call.backend.decode), \
+                call.backend.astream(call.direct)
+            async for item in direct:
+                if gate.feed(item) is not None:
+                    break
+            call = call.routed(gate)
+            if gate.verdict:
+                source = _achain(gate.held, direct)
+            else:
+                await direct.aclose()
+        async for item in tel.atimed(source):
+            yield call, item
+
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        if self.tiers:
+            return self._cascade().generate(messages, stop, kwargs)
         call = self._prepare(messages, stop, kwargs)
         with self._telemetry(call, messages) as tel:
-            result = drain(tel.timed(call.backend.stream(call.request)))
+            *_, (call, result) = self._run(call, tel)
             return ChatResult(generations=[ChatGeneration(message=self._message(call, result, tel))])
 
     async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                          run_manager: AsyncCallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
+        if self.tiers:
+            return await self._cascade().agenerate(messages, stop, kwargs)
         call = self._prepare(messages, stop, kwargs)
         with self._telemetry(call, messages) as tel:
-            result = await adrain(tel.atimed(call.backend.astream(call.request)))
+            async for call, item in self._arun(call, tel):
+                result = item
             return ChatResult(generations=[ChatGeneration(message=self._message(call, result, tel))])
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        call = self._prepare(messages, stop, kwargs)
-        splitter = self._splitter(call)
-        with self._telemetry(call, messages) as tel:
-            for item in tel.timed(call.backend.stream(call.request)):
-                chunk = self._chunk(call, item, splitter, tel)
-                if run_manager:
-                    run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
+        chunks = self._cascade().stream(messages, stop, kwargs) if self.tiers else self._chunks(messages, stop, kwargs)
+        for chunk in chunks:
+            if run_manager:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
 
     async def _astream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                        run_manager: AsyncCallbackManagerForLLMRun | None = None,
                        **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
+        chunks = self._cascade().astream(messages, stop, kwargs) if self.tiers else \
+            self._achunks(messages, stop, kwargs)
+        async for chunk in chunks:
+            if run_manager:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+    def _chunks(self, messages: list[BaseMessage], stop: list[str] | None,
+                kwargs: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
         call = self._prepare(messages, stop, kwargs)
-        splitter = self._splitter(call)
         with self._telemetry(call, messages) as tel:
-            async for item in tel.atimed(call.backend.astream(call.request)):
-                chunk = self._chunk(call, item, splitter, tel)
-                if run_manager:
-                    await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-                yield chunk
+            splitter = None
+            for routed, item in self._run(call, tel):
+                splitter = splitter or self._splitter(routed)
+                yield self._chunk(routed, item, splitter, tel)
+
+    async def _achunks(self, messages: list[BaseMessage], stop: list[str] | None,
+                       kwargs: dict[str, Any]) -> AsyncIterator[ChatGenerationChunk]:
+        call = self._prepare(messages, stop, kwargs)
+        with self._telemetry(call, messages) as tel:
+            splitter = None
+            async for routed, item in self._arun(call, tel):
+                splitter = splitter or self._splitter(routed)
+                yield self._chunk(routed, item, splitter, tel)

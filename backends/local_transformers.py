@@ -139,8 +139,11 @@ class TransformersBackend(HFTokenizerMethods):
     async def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
         items = self.stream(request)
         done = object()
-        while (item := await asyncio.to_thread(next, items, done)) is not done:
-            yield item
+        try:
+            while (item := await asyncio.to_thread(next, items, done)) is not done:
+                yield item
+        finally:  # a consumer that leaves early must not leave the engine's lock held by a suspended generator
+            items.close()
 
     def forward(self, ids: Sequence[int], cache: RaggedCache) -> torch.Tensor:
         """Feed ``ids`` after what ``cache`` holds; return the last position's logits ``[vocab]``."""

@@ -61,6 +61,8 @@ class ChatTelemetry:
         if self.config.capture_content:
             attrs[gen_ai.GEN_AI_OUTPUT_MESSAGES] = _safely(output)
             attrs[GRAVITY_PREFIX + "probe_answers"] = tuple(a or "" for a in gravity.get("probe_answers", ()))
+            if (gravity.get("route") or {}).get("probe_answer") is not None:
+                attrs[GRAVITY_PREFIX + "route.probe_answer"] = gravity["route"]["probe_answer"]
         set_attributes(self.span, {k: v for k, v in attrs.items() if v is not None})
         for name, event in gravity_events(gravity, usage["output_tokens"]):
             add_event(self.span, name, event)

@@ -37,6 +37,10 @@ def request_attributes(provider: str, model: str, params: dict[str, Any]) -> dic
     return {k: v for k, v in attrs.items() if v is not None}
 
 
+_ROUTE_ATTRIBUTES = ("route", "direct_score", "direct_below", "probe_tokens", "tier", "escalated", "why", "score",
+                     "quantile", "escalate_above")
+
+
 def response_attributes(
     model: str, response_id: str, finish_reason: str, usage: dict[str, int], gravity: dict[str, Any]
 ) -> dict[str, Any]:
@@ -60,6 +64,11 @@ def response_attributes(
         attrs[GRAVITY_PREFIX + "reason"] = gravity["reason"]
     if gravity["lock_step"] is not None:
         attrs[GRAVITY_PREFIX + "lock_step"] = gravity["lock_step"]
+    route = gravity.get("route")
+    if route:  # values only: the probe's answer is content, recorded with capture_content alone
+        attrs.update({GRAVITY_PREFIX + f"route.{k}": route[k] for k in _ROUTE_ATTRIBUTES if route.get(k) is not None})
+        if route.get("tried"):
+            attrs[GRAVITY_PREFIX + "route.escalated_from"] = tuple(t["tier"] for t in route["tried"])
     risk = gravity.get("risk")
     if risk:
         attrs.update({GRAVITY_PREFIX + f"risk.{k}": v for k, v in risk.items() if v is not None})

@@ -1,0 +1,157 @@
+"""Tiered models: a call starts on the cheapest tier and goes up while the tier's output is unsure.
+
+Each tier is a ChatGravity of its own (any backend), so a tier's call is an ordinary call with its own span;
+the route record (``response_metadata["gravity"]["route"]``) says which tier answered, what each escalation
+read, and why it went up. A tier whose output stands streams it as it was written; one that escalates is
+held back whole, since only its finished output says whether it stands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+from agent_gravity._config import RouteConfig
+from agent_gravity._route import escalation
+from agent_gravity.backends.base import GenerationResult
+
+if TYPE_CHECKING:
+    from agent_gravity._chat_model import ChatGravity, _Call
+
+
+@dataclass
+class Cascade:
+    """The tiers of a chat model, cheapest first, and the route that moves a call between them."""
+
+    names: tuple[str, ...]
+    models: tuple[ChatGravity, ...]
+    route: RouteConfig
+    task: str | None = None
+    """The chat model's default task type (a call's ``task`` option replaces it)."""
+    own_gravity: tuple[bool, ...] = ()
+    """Which tiers set their own gravity: a call's ``gravity`` option applies to the others only."""
+
+    def path(self, kwargs: dict[str, Any]) -> list[int]:
+        """The tiers a call may run on, in order: one pinned by ``route.tasks``, only the last for tool and
+        structured calls (unless the route takes them), else all of them."""
+        route = kwargs.get("route") or self.route
+        kind = "tools" if kwargs.get("tools") else "structured" if kwargs.get("response_format") is not None else None
+        pinned = route.tasks.get(kwargs.get("task", self.task) or "") or route.tasks.get(kind or "")
+        if pinned is not None:
+            return [self.names.index(pinned)]
+        if (kind == "tools" and not route.tools) or (kind == "structured" and not route.structured):
+            return [len(self.models) - 1]
+        return list(range(len(self.models)))
+
+    def _judged(self, index: int, call: _Call, result: GenerationResult, final: bool, tried: list[dict[str, Any]],
+                route: RouteConfig) -> _Call:
+        """``call`` with its route record: whether its output goes up a tier (never from the last one)."""
+        _, answer, calls, _ = self.models[index]._parsed(call, result)
+        probes = result.steering.probes.records if result.steering and result.steering.probes else []
+        verdict = escalation(result.entropy, [r.answer for r in probes], bool(answer.strip() or calls),
+                             route.escalate_quantile, route.escalate_above, route.escalate_unsettled)
+        record = verdict.record(self.names[index], route.escalate_quantile, route.escalate_above)
+        if final:
+            record.update(escalated=False, why=None)
+        record["tried"] = list(tried)
+        tried.append({**{k: record[k] for k in ("tier", "escalated", "why", "score")},
+                      "output_tokens": len(result.token_ids)})
+        return dataclasses.replace(call, route={**(call.route or {}), **record})
+
+    def _steps(self, kwargs: dict[str, Any]) -> Iterator[tuple[int, bool, RouteConfig]]:
+        path, route = self.path(kwargs), kwargs.get("route") or self.route
+        for n, index in enumerate(path):
+            yield index, n == len(path) - 1, route
+
+    def options(self, index: int, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A call's options for one tier: a tier with its own gravity keeps it."""
+        return {k: v for k, v in kwargs.items() if not (k == "gravity" and self.own_gravity[index])}
+
+    def generate(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> ChatResult:
+        tried: list[dict[str, Any]] = []
+        for index, final, route in self._steps(kwargs):
+            model = self.models[index]
+            call = model._prepare(messages, stop, self.options(index, kwargs))
+            with model._telemetry(call, messages) as tel:
+                *_, (call, result) = model._run(call, tel)
+                call = self._judged(index, call, result, final, tried, route)
+                message = model._message(call, result, tel)
+            if not call.route["escalated"]:
+                return ChatResult(generations=[ChatGeneration(message=message)])
+        raise AssertionError("the last tier always answers")
+
+    async def agenerate(self, messages: list[BaseMessage], stop: list[str] | None,
+                        kwargs: dict[str, Any]) -> ChatResult:
+        tried: list[dict[str, Any]] = []
+        for index, final, route in self._steps(kwargs):
+            model = self.models[index]
+            call = model._prepare(messages, stop, self.options(index, kwargs))
+            with model._telemetry(call, messages) as tel:
+                async for call, result in model._arun(call, tel):
+                    pass
+                call = self._judged(index, call, result, final, tried, route)
+                message = model._message(call, result, tel)
+            if not call.route["escalated"]:
+                return ChatResult(generations=[ChatGeneration(message=message)])
+        raise AssertionError("the last tier always answers")
+
+    def stream(self, messages: list[BaseMessage], stop: list[str] | None,
+               kwargs: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
+        tried: list[dict[str, Any]] = []
+        for index, final, route in self._steps(kwargs):
+            model = self.models[index]
+            call = model._prepare(messages, stop, self.options(index, kwargs))
+            with model._telemetry(call, messages) as tel:
+                items = model._run(call, tel)
+                held = list(items) if not final else None
+                if held is not None:
+                    call = self._judged(index, held[-1][0], held[-1][1], final, tried, route)
+                    if call.route["escalated"]:
+                        model._message_fields(call, held[-1][1], tel)  # the escalated tier's span, finished
+                        continue
+                yield from self._chunks(index, held or items, call if held else None, final, tried, route, tel)
+                return
+
+    async def astream(self, messages: list[BaseMessage], stop: list[str] | None,
+                      kwargs: dict[str, Any]) -> AsyncIterator[ChatGenerationChunk]:
+        tried: list[dict[str, Any]] = []
+        for index, final, route in self._steps(kwargs):
+            model = self.models[index]
+            call = model._prepare(messages, stop, self.options(index, kwargs))
+            with model._telemetry(call, messages) as tel:
+                items = model._arun(call, tel)
+                if not final:
+                    held = [pair async for pair in items]
+                    call = self._judged(index, held[-1][0], held[-1][1], final, tried, route)
+                    if call.route["escalated"]:
+                        model._message_fields(call, held[-1][1], tel)
+                        continue
+                    for chunk in self._chunks(index, held, call, final, tried, route, tel):
+                        yield chunk
+                    return
+                splitter = None
+                async for routed, item in items:
+                    if isinstance(item, GenerationResult):
+                        routed = self._judged(index, routed, item, final, tried, route)
+                    splitter = splitter or model._splitter(routed)
+                    yield model._chunk(routed, item, splitter, tel)
+                return
+
+    def _chunks(self, index: int, items: Iterator[tuple[_Call, Any]] | Sequence[tuple[_Call, Any]],
+                judged: _Call | None, final: bool, tried: list[dict[str, Any]], route: RouteConfig,
+                tel: Any) -> Iterator[ChatGenerationChunk]:
+        """The chunks of a tier's output that stands: ``judged`` is its call when it was judged already (a held
+        output), else the result is judged as it arrives."""
+        model, splitter = self.models[index], None
+        for routed, item in items:
+            if judged is not None:
+                routed = judged
+            elif isinstance(item, GenerationResult):
+                routed = self._judged(index, routed, item, final, tried, route)
+            splitter = splitter or model._splitter(routed)
+            yield model._chunk(routed, item, splitter, tel)
