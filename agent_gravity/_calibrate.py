@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_gravity._chat_model import ChatGravity
-from agent_gravity._config import GravityConfig, ProbeConfig
-from agent_gravity._profile import Calibration, GravityProfile
+from agent_gravity._config import GravityConfig, ProbeConfig, RouteConfig
+from agent_gravity._limits import MAX_NATS
+from agent_gravity._profile import Calibration, GravityProfile, RouteCalibration
 from agent_gravity._risk import Selection, check_levels, items_needed
 from agent_gravity.bench.savings import Answers, ItemResult, run_method, run_references
 from agent_gravity.bench.tasks import Task
@@ -91,16 +92,21 @@ def calibration_record(selection: Selection, tasks: Sequence[Task]) -> Calibrati
         when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
 
 
-def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, delta: float = 0.1,
-              concurrency: int = 8, grid: Sequence[Candidate] = GRID,
-              on_candidate: Callable[[str, list[ItemResult]], None] = lambda n, r: None) -> GravityProfile:
-    """Measure every candidate against the full run and return the profile of the certified one."""
+def _enough_questions(tasks: Sequence[Task], epsilon: float, delta: float) -> None:
+    """ValueError when the calibration set is too small to certify anything at these levels."""
     check_levels(epsilon, delta)
     questions = len({t.pair or t.id for t in tasks})  # two wordings of one question are one draw
     if questions < items_needed(epsilon, delta):
         raise ValueError(f"{questions} calibration questions cannot certify epsilon={epsilon} at delta={delta}: "
                          f"even with no loss at all it takes {items_needed(epsilon, delta)}; add items or "
                          "loosen epsilon or delta")
+
+
+def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, delta: float = 0.1,
+              concurrency: int = 8, grid: Sequence[Candidate] = GRID,
+              on_candidate: Callable[[str, list[ItemResult]], None] = lambda n, r: None) -> GravityProfile:
+    """Measure every candidate against the full run and return the profile of the certified one."""
+    _enough_questions(tasks, epsilon, delta)
     configs = candidates(GravityConfig(), grid)
     full, _ = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
     references = run_references(model, tasks, full, concurrency)
@@ -114,3 +120,35 @@ def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, 
     return GravityProfile(model=model.get_backend().model_name, gravity=gravity,
                           calibration=calibration_record(selection, tasks),
                           measured={"tests": [dataclasses.asdict(t) for t in selection.tests]})
+
+
+def calibrate_route(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, delta: float = 0.1,
+                    concurrency: int = 8) -> RouteCalibration:
+    """Certify the most saving direct-answer threshold of adaptive thinking at a bounded answer loss.
+
+    Each item is answered in full (the reference), with reasoning under the model's gravity, and directly (its
+    entropy score recorded); thresholds are tested from the most conservative up (Learn-then-Test), an item's
+    answer under a threshold being the direct one where its score is at most the threshold, else the reasoned one.
+    """
+    from agent_gravity.bench.route import THRESHOLDS, _direct_at, direct_share, threshold_answers
+
+    _enough_questions(tasks, epsilon, delta)
+    full, _ = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
+    references = run_references(model, tasks, full, concurrency)
+    reason, _ = run_method(model, tasks, model.gravity, concurrency)
+    direct, _ = run_method(model, tasks, model.gravity, concurrency,
+                           route=RouteConfig(think="adaptive", direct_below=MAX_NATS))
+    answers = threshold_answers(tasks, full, references, reason, direct)
+    selection = answers.select([_direct_at(t) for t in THRESHOLDS], range(len(tasks)), epsilon, delta)
+    chosen = selection.test(selection.chosen) if selection.chosen else None
+    below = THRESHOLDS[[_direct_at(t) for t in THRESHOLDS].index(selection.chosen)] if chosen else None
+    return RouteCalibration(
+        direct_below=below, epsilon=epsilon, delta=delta, bound=chosen.bound if chosen else None,
+        loss=chosen.losses / chosen.n if chosen else None,
+        direct_share=direct_share(direct, below, range(len(tasks))) if chosen else None,
+        reasoning_saved=chosen.saving if chosen else None, items=len(tasks), families=sorted({t.kind for t in tasks}),
+        guarantee=(f"with probability >= {1 - delta:g}, answering directly under {below:g} nats changes at most "
+                   f"{epsilon:g} of answers in expectation on questions exchangeable with the calibration set")
+        if chosen else "no threshold met the bound: adaptive thinking reasons on every call",
+        tests=[dataclasses.asdict(t) for t in selection.tests],
+        when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))

@@ -186,6 +186,27 @@ def _bench_savings(args: argparse.Namespace) -> int:
     return _print_report(args, report, heldout.table if split else savings.table, "savings", "per_item")
 
 
+def _bench_route(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from agent_gravity._chat_model import ChatGravity, local_backend
+    from agent_gravity.bench import route, savings
+
+    tasks = _family_tasks(args.per_family, args.families)
+    bar = tqdm(total=6, desc="starting the vLLM engine", file=sys.stderr, unit="arm")
+    with contextlib.redirect_stdout(sys.stderr):
+        model = ChatGravity(backend=local_backend(args.model, reasoning_markers=savings.engine_markers()))
+
+        def advance(name: str) -> None:
+            bar.set_description(f"{name} answered")
+            bar.update(1)
+
+        report = route.main(model, tasks, args.concurrency, args.cheap_reasoning_tokens, args.epsilon, args.delta,
+                            Path(args.out), advance)
+    bar.close()
+    return _print_report(args, report, route.table, "route", "per_item")
+
+
 def _print_report(args: argparse.Namespace, report: dict, table: Callable[[dict], str], name: str,
                   per_item: str) -> int:
     """Print a benchmark's report as JSON (without its per-item records) or as its table."""
@@ -261,6 +282,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     if args.layers:
         return _calibrate_layers(args)
+    if args.route:
+        return _calibrate_route(args)
     unknown = set(args.candidates or ()) - {c.name for c in GRID}
     if unknown:
         raise SystemExit(f"unknown candidates {sorted(unknown)}; the grid is {[c.name for c in GRID]}")
@@ -288,6 +311,29 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"{profile.model}: NO candidate met epsilon {c.epsilon:g} at delta {c.delta:g} on {c.items} items; "
               "the profile keeps the shipped defaults and says so")
     print(f"wrote {path}; ChatGravity loads it for this model unless given gravity=...")
+    return 0
+
+
+def _calibrate_route(args: argparse.Namespace) -> int:
+    from agent_gravity._calibrate import calibrate_route
+    from agent_gravity._chat_model import ChatGravity
+    from agent_gravity._profile import update_profile
+
+    tasks = _family_tasks(args.per_family, args.families, args.seed)
+    print(f"answering {len(tasks)} calibration items in full, with reasoning and directly", file=sys.stderr)
+    with contextlib.redirect_stdout(sys.stderr):
+        model = ChatGravity(model=args.model)
+        found = calibrate_route(model, tasks, args.epsilon, args.delta, args.concurrency)
+        name = model.get_backend().model_name
+    path = update_profile(name, route=found)
+    if found.direct_below is not None:
+        print(f"{name}: direct answers under {found.direct_below:g} nats certified: {found.direct_share:.1%} of "
+              f"{found.items} items answered directly, answer loss {found.loss:.1%} (bound {found.bound:.1%}), "
+              f"reasoning saved {found.reasoning_saved:.1%}")
+    else:
+        print(f"{name}: NO direct-answer threshold met epsilon {found.epsilon:g} at delta {found.delta:g} on "
+              f"{found.items} items; adaptive thinking will reason on every call, and the profile says so")
+    print(f"wrote {path}; use it with RouteConfig(think='adaptive')")
     return 0
 
 
@@ -343,11 +389,17 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from agent_gravity import ChatGravity
+    from agent_gravity import ChatGravity, RouteConfig
     from agent_gravity.serve import run_server
 
     api_key = _secret(args.api_key_env)
-    if args.upstream:
+    if args.upstream and args.upstream_tier:
+        raise ValueError("give either --upstream (one model) or --upstream-tier (a cascade), not both")
+    if args.upstream_tier:
+        model = ChatGravity(tiers=_tiers(args.upstream_tier, _secret(args.upstream_api_key_env)),
+                            route=RouteConfig(**({} if args.escalate_above is None
+                                                 else {"escalate_above": args.escalate_above})))
+    elif args.upstream:
         model = ChatGravity(base_url=args.upstream, model=args.model, api_key=_secret(args.upstream_api_key_env))
     else:
         model = ChatGravity(model=args.model)
@@ -355,6 +407,21 @@ def _serve(args: argparse.Namespace) -> int:
                client_settings=[name.strip() for name in args.client_settings.split(",") if name.strip()],
                max_concurrency=args.max_concurrency, request_timeout=args.request_timeout or None)
     return 0
+
+
+def _tiers(specs: list[str], api_key: str | None) -> list:
+    """``NAME=URL`` options (cheapest first; a name given again adds a server to that tier) as cascade tiers."""
+    from agent_gravity._config import Tier
+
+    urls: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, url = spec.partition("=")
+        if not sep or not name.strip() or not url.strip():
+            raise ValueError(f"--upstream-tier takes NAME=URL (e.g. cheap=http://127.0.0.1:8001/v1), got {spec!r}")
+        urls.setdefault(name.strip(), []).append(url.strip())
+    if len(urls) < 2:
+        raise ValueError(f"--upstream-tier needs at least two tiers, cheapest first; got {sorted(urls)}")
+    return [Tier(name=name, base_url=found, api_key=api_key) for name, found in urls.items()]
 
 
 def _secret(variable: str | None) -> str | None:
@@ -454,6 +521,16 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with --split: analyse the answers a split run saved instead of running the model")
     _report_arguments(sav, "savings")
     sav.set_defaults(run=_bench_savings)
+    rte = benches.add_parser("route", help="adaptive thinking and tiers against random and prompt-length routing")
+    rte.add_argument("--per-family", type=int, default=None, help="items per family (even; default: all 60)")
+    rte.add_argument("--families", nargs="+", default=None, help="families to use (default: all)")
+    rte.add_argument("--cheap-reasoning-tokens", type=int, default=32,
+                     help="the cheap tier's reasoning budget (default 32; the full tier has the default 256)")
+    rte.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    rte.add_argument("--epsilon", type=float, default=0.05, help="answer loss the direct threshold may allow (0.05)")
+    rte.add_argument("--delta", type=float, default=0.1, help="chance the guarantee may fail (0.1)")
+    _report_arguments(rte, "route")
+    rte.set_defaults(run=_bench_route)
     agt = benches.add_parser("agents", help="a create_agent tool agent with and without GravityMiddleware")
     agt.add_argument("--tasks", type=int, default=60, help="seeded multi-step tasks to run (default 60)")
     agt.add_argument("--seed", type=int, default=7, help="task-set seed (default 7)")
@@ -515,6 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", action="append",
                        help="an OpenAI-compatible server (repeat for several serving the same model); "
                             "default: the local vLLM engine")
+    serve.add_argument("--upstream-tier", action="append", metavar="NAME=URL",
+                       help="a cascade tier's server, cheapest tier first (repeat; at least two tiers): each call "
+                            "starts on the first and goes up while its output's entropy is high")
+    serve.add_argument("--escalate-above", type=float, default=None,
+                       help="--upstream-tier: send a call up when its output's 0.9 entropy quantile is above this "
+                            "many nats (default: RouteConfig's)")
     serve.add_argument("--model", help="the upstream's served model name, or a local model folder without "
                                        "--upstream (default: the embedded model)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
@@ -548,6 +631,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--layers", action="store_true",
                      help="instead of the exit settings, choose the decoder layers to do without inside gravity zones "
                           "(layer drafts and lossy skipping) on the transformers backend; kept in the same profile")
+    cal.add_argument("--route", action="store_true",
+                     help="instead of the exit settings, certify the direct-answer threshold of adaptive thinking "
+                          "(RouteConfig(think='adaptive')); kept in the same profile")
     cal.add_argument("--layer-questions", type=int, default=12, help="--layers: calibration questions (default 12)")
     cal.add_argument("--layer-tokens", type=int, default=128, help="--layers: tokens per answer (default 128)")
     cal.add_argument("--max-skip", type=int, default=None, help="--layers: most layers searched (default: half)")

@@ -21,6 +21,7 @@ from langchain_core.messages import HumanMessage
 from agent_gravity._chat_model import ChatGravity
 from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
 from agent_gravity._risk import Selection, learn_then_test
+from agent_gravity._route import entropy_quantile
 from agent_gravity.backends.base import Backend, GenerationRequest, StreamItem
 from agent_gravity.bench import _stats
 from agent_gravity.bench._report import figure, interval, write_json
@@ -102,6 +103,11 @@ class ItemResult:
     probe_answers: tuple[str | None, ...] = ()
     """Each probe's comparable answer ('' for a hesitant one), in order, for the analysis of lost answers."""
     probe_confidence: tuple[float | None, ...] = ()
+    prompt_tokens: int = 0
+    route: dict[str, Any] | None = None
+    """How the call was routed (``response_metadata["gravity"]["route"]``), when it was."""
+    entropy_scores: dict[str, float | None] = dataclasses.field(default_factory=dict)
+    """Summaries of the output's per-token entropy (see :func:`entropy_scores`), for routing analyses."""
 
     @property
     def capped(self) -> bool:
@@ -114,24 +120,43 @@ class ItemResult:
         return self.output_tokens + self.probe_tokens
 
 
-async def _answer(model: ChatGravity, task: Task, config: GravityConfig, gate: asyncio.Semaphore) -> ItemResult:
+def entropy_scores(entropy: Sequence[float], answer_tokens: int) -> dict[str, float | None]:
+    """The output's entropy quantiles (q50, q90), max and mean, and the q90 of its answer tokens alone."""
+    answer = entropy[len(entropy) - answer_tokens:] if answer_tokens else []
+    finite = [e for e in entropy if e == e]
+    return {"q50": entropy_quantile(entropy, 0.5), "q90": entropy_quantile(entropy, 0.9),
+            "max": max(finite, default=None), "mean": sum(finite) / len(finite) if finite else None,
+            "answer_q90": entropy_quantile(answer, 0.9)}
+
+
+async def _answer(model: ChatGravity, task: Task, config: GravityConfig | None, gate: asyncio.Semaphore,
+                  options: dict[str, Any]) -> ItemResult:
     async with gate:
         start = time.perf_counter()
-        message = await model.ainvoke([HumanMessage(task.question)], gravity=config)
+        if config is not None:
+            options = {**options, "gravity": config}
+        message = await model.ainvoke([HumanMessage(task.question)], **options)
         seconds = time.perf_counter() - start
     g = message.response_metadata["gravity"]
+    route = g.get("route")
+    # a direct-answer probe that sent the call on to reason cost tokens the answer does not show
+    probe_tokens = g["probe_tokens"] + (route["probe_tokens"] if route and route.get("route") == "reason"
+                                        and "probe_tokens" in route else 0)
     return ItemResult(task.id, task.kind, message.content, g["reasoning_tokens"],
-                      message.usage_metadata["output_tokens"], g["probe_tokens"], g["probes"], seconds,
+                      message.usage_metadata["output_tokens"], probe_tokens, g["probes"], seconds,
                       g["reason"], g["terminated_early"], is_correct(task, message.content), g["lock_step"],
-                      tuple(g["probe_steps"]), tuple(g["probe_answers"]), tuple(g["probe_confidence"]))
+                      tuple(g["probe_steps"]), tuple(g["probe_answers"]), tuple(g["probe_confidence"]),
+                      message.usage_metadata["input_tokens"], route,
+                      entropy_scores(g["entropy"], g["answer_tokens"]))
 
 
-def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig,
-               concurrency: int) -> tuple[list[ItemResult], float]:
-    """Answer every task with ``config``; return the per-item results and the wall time of the whole set."""
+def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig | None,
+               concurrency: int, **options: Any) -> tuple[list[ItemResult], float]:
+    """Answer every task with ``config`` (None: the model's own) and per-call ``options``; return the per-item
+    results and the wall time of the whole set."""
     async def run() -> list[ItemResult]:
         gate = asyncio.Semaphore(concurrency)
-        return list(await asyncio.gather(*(_answer(model, t, config, gate) for t in tasks)))
+        return list(await asyncio.gather(*(_answer(model, t, config, gate, options) for t in tasks)))
 
     start = time.perf_counter()
     results = asyncio.run(run())

@@ -1,0 +1,117 @@
+"""Routing on the real engine: adaptive thinking and tiered cascades through ChatGravity, ``bench route`` and
+``calibrate --route`` end to end in a reduced size, and the deferral bookkeeping on known answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent_gravity import ChatGravity, GravityConfig, RouteConfig, Tier
+from agent_gravity._cli import main
+from agent_gravity._profile import load_profile
+from agent_gravity.bench.route import REASON, THRESHOLDS, adaptive_results, deferral_curves
+from agent_gravity.bench.savings import ItemResult
+from agent_gravity.bench.tasks import Task
+
+QUESTION = "Tom has 3 apples and buys 5 more. How many apples does he have?"
+
+
+def _item(answer: str, correct: bool, reasoning: int = 10, scores: dict | None = None, prompt: int = 5,
+          route: dict | None = None) -> ItemResult:
+    return ItemResult("i", "k", answer, reasoning, reasoning + 2, 0, 0, 1.0, None, False, correct,
+                      prompt_tokens=prompt, route=route, entropy_scores=scores or {})
+
+
+def _task(i: int) -> Task:
+    return Task(f"t-{i}", "word_problems", "q", "number", str(i))
+
+
+def test_deferral_curves_send_the_highest_scores_up_first_and_random_is_the_straight_line():
+    tasks = [_task(i) for i in range(4)]
+    top = [_item(str(i), True) for i in range(4)]
+    # the cheap tier is wrong exactly where its entropy is high, and the longest prompts are the easy ones
+    cheap = [_item("0", True, scores={"q90": 0.1}, prompt=9), _item("x", False, scores={"q90": 2.0}, prompt=1),
+             _item("2", True, scores={"q90": 0.2}, prompt=8), _item("y", False, scores={"q90": 3.0}, prompt=2)]
+    curves = deferral_curves(tasks, cheap, top)
+    q90 = curves["routers"]["entropy q90"]["kept"]
+    assert q90[0] == 0.5 and q90[5] == 1.0 and q90[-1] == 1.0  # half sent up: both wrong ones
+    assert curves["routers"]["random"]["kept"][5] == pytest.approx(0.75)
+    assert curves["routers"]["length"]["kept"][5] == 0.5  # the two longest prompts were already right
+    assert curves["dominates"] == {"random": True, "length": True} and curves["goal"]["dominates_random_and_length"]
+
+
+def test_adaptive_results_take_the_direct_answer_under_the_threshold_and_charge_the_probe_otherwise():
+    reason = [_item("8", True, reasoning=40), _item("9", True, reasoning=40)]
+    direct = [_item("8", True, reasoning=0, route={"direct_score": 0.05}),
+              _item("3", False, reasoning=0, route={"direct_score": 0.9})]
+    mixed = adaptive_results(direct, reason, 0.1)
+    assert [r.answer for r in mixed] == ["8", "9"] and mixed[0].reasoning_tokens == 0
+    assert mixed[1].probe_tokens == direct[1].output_tokens and THRESHOLDS == tuple(sorted(THRESHOLDS))
+
+
+@pytest.mark.engine
+def test_adaptive_thinking_on_the_engine_answers_directly_or_reasons_as_the_threshold_says(chat):
+    plain = chat.invoke(QUESTION)
+    sure = chat.invoke(QUESTION, route=RouteConfig(think="adaptive", direct_below=64.0))
+    g = sure.response_metadata["gravity"]
+    assert g["route"]["route"] == "direct" and g["reasoning_tokens"] == 0 and sure.content.strip()
+    assert g["route"]["direct_score"] is not None and g["route"]["probe_tokens"] >= 1
+    never = chat.invoke(QUESTION, route=RouteConfig(think="adaptive", direct_below=0.0))
+    assert never.response_metadata["gravity"]["route"]["route"] == "reason" and never.content == plain.content
+
+
+@pytest.mark.engine
+def test_a_cascade_on_the_engine_keeps_the_cheap_answer_or_gives_the_full_tiers(chat):
+    cheap = GravityConfig(max_reasoning_tokens=16, min_tokens=8)
+
+    def tiered(above: float) -> ChatGravity:
+        return ChatGravity(backend=chat.get_backend(), tiers=[Tier(name="cheap", gravity=cheap), Tier(name="full")],
+                           route=RouteConfig(escalate_above=above, escalate_unsettled=False))
+
+    stays = tiered(64.0).invoke(QUESTION)
+    assert stays.response_metadata["gravity"]["route"]["tier"] == "cheap"
+    assert stays.content == chat.invoke(QUESTION, gravity=cheap).content
+    goes = tiered(0.0).invoke(QUESTION)
+    route = goes.response_metadata["gravity"]["route"]
+    assert route["tier"] == "full" and route["tried"][0]["tier"] == "cheap" and route["tried"][0]["escalated"]
+    assert goes.content == chat.invoke(QUESTION).content
+
+
+@pytest.mark.engine
+def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_online_arms(chat, tmp_path, capsys):
+    families = ["word_problems", "dates", "lists_counting"]
+    assert main(["bench", "route", "--per-family", "2", "--families", *families, "--epsilon", "0.5", "--delta", "0.5",
+                 "--cheap-reasoning-tokens", "16", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert all(f in table for f in families) and "adaptive goal" in table and "deferral areas" in table
+    report = json.loads((tmp_path / "route.json").read_text())
+    assert report["items"] == 6 and list(report["methods"]) == ["full", "reason", "direct", "cheap", "adaptive",
+                                                                "cascade"]
+    for row in report["adaptive"]["families"]:
+        assert row["family"] not in row["calibration_families"] and row["items"] == 2
+        assert row["chosen"] == REASON or float(row["chosen"].split("<=")[1]) in THRESHOLDS
+        assert 0 <= row["direct_share"] <= 1 and 0 <= row["random_kept"] <= 1 and 0 <= row["length_kept"] <= 1
+    assert all(r["reasoning_tokens"] == 0 for r in report["per_item"]["direct"])
+    assert all(r["route"]["route"] == "direct" for r in report["per_item"]["direct"])
+    curves = report["deferral"]
+    assert curves["shares"][0] == 0 and curves["shares"][-1] == 1
+    for router in curves["routers"].values():  # nothing sent up: the cheap tier's quality; everything: the top's
+        assert router["kept"][-1] == 1.0 and router["kept"][0] == curves["routers"]["random"]["kept"][0]
+    assert 0 <= report["cascade"]["kept_on_cheap"] <= 1 and report["seconds_per_token"]["cheap"] > 0
+    assert (tmp_path / "route.png").stat().st_size > 1000
+
+
+@pytest.mark.engine
+def test_calibrate_route_writes_a_threshold_chat_gravity_then_routes_with(chat, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AGENT_GRAVITY_PROFILES", str(tmp_path))
+    assert main(["calibrate", "--route", "--per-family", "2", "--families", "word_problems", "dates",
+                 "--epsilon", "0.5", "--delta", "0.5"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    found = load_profile("SmolLM2-135M-Instruct").route
+    assert found.items == 4 and found.families == ["dates", "word_problems"] and len(found.tests) >= 1
+    assert (found.direct_below is None) == (found.bound is None) and found.direct_below in (None, *THRESHOLDS)
+    route = chat.invoke(QUESTION, route=RouteConfig(think="adaptive")).response_metadata["gravity"]["route"]
+    assert route["route"] in ("direct", "reason")
+    if found.direct_below is not None:
+        assert route["direct_below"] == found.direct_below
