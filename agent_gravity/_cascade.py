@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
 from agent_gravity._config import RouteConfig
-from agent_gravity._route import escalation
+from agent_gravity._route import escalation, sure_reasoning
 from agent_gravity.backends.base import GenerationResult
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class Cascade:
     """The chat model's default task type (a call's ``task`` option replaces it)."""
     own_gravity: tuple[bool, ...] = ()
     """Which tiers set their own gravity: a call's ``gravity`` option applies to the others only."""
+    _tokenizers: dict[tuple[int, int], bool] = field(default_factory=dict, init=False, repr=False)
 
     def path(self, kwargs: dict[str, Any]) -> list[int]:
         """The tiers a call may run on, in order: one pinned by ``route.tasks``, only the last for tool and
@@ -72,25 +73,53 @@ class Cascade:
         """A call's options for one tier: a tier with its own gravity keeps it."""
         return {k: v for k, v in kwargs.items() if not (k == "gravity" and self.own_gravity[index])}
 
+    def _prepared(self, index: int, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any],
+                  below: tuple[int, _Call, GenerationResult] | None, route: RouteConfig) -> _Call:
+        """Tier ``index``'s call; after an escalation, continuing the reasoning the tier below was sure of."""
+        call = self.models[index]._prepare(messages, stop, self.options(index, kwargs))
+        if below is None or route.carry_below is None or call.fmt is None or call.tools:
+            return call
+        low, low_call, result = below
+        if low_call.fmt != call.fmt or not self._shared(low, index):
+            return call
+        prompt = low_call.request.prompt_ids
+        carried = [*prompt[len(prompt) - (low_call.route or {}).get("carried_tokens", 0):],
+                   *sure_reasoning(result, low_call.fmt.end, call.backend.decode, route.carry_below)]
+        return _continued(call, carried, self.names[low]) if carried else call
+
+    def _shared(self, low: int, high: int) -> bool:
+        """Whether two tiers' token ids mean the same text (one tokenizer)."""
+        a, b = (self.models[i].get_backend() for i in (low, high))
+        if a is b:
+            return True
+        key = (id(a), id(b))
+        if key not in self._tokenizers:
+            self._tokenizers[key] = len(a.token_texts) == len(b.token_texts) and list(a.token_texts) == list(
+                b.token_texts) and a.eos_ids == b.eos_ids
+        return self._tokenizers[key]
+
     def generate(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> ChatResult:
         tried: list[dict[str, Any]] = []
+        below: tuple[int, _Call, GenerationResult] | None = None
         for index, final, route in self._steps(kwargs):
             model = self.models[index]
-            call = model._prepare(messages, stop, self.options(index, kwargs))
+            call = self._prepared(index, messages, stop, kwargs, below, route)
             with model._telemetry(call, messages) as tel:
                 *_, (call, result) = model._run(call, tel)
                 call = self._judged(index, call, result, final, tried, route)
                 message = model._message(call, result, tel)
             if not call.route["escalated"]:
                 return ChatResult(generations=[ChatGeneration(message=message)])
+            below = index, call, result
         raise AssertionError("the last tier always answers")
 
     async def agenerate(self, messages: list[BaseMessage], stop: list[str] | None,
                         kwargs: dict[str, Any]) -> ChatResult:
         tried: list[dict[str, Any]] = []
+        below: tuple[int, _Call, GenerationResult] | None = None
         for index, final, route in self._steps(kwargs):
             model = self.models[index]
-            call = model._prepare(messages, stop, self.options(index, kwargs))
+            call = self._prepared(index, messages, stop, kwargs, below, route)
             with model._telemetry(call, messages) as tel:
                 async for call, result in model._arun(call, tel):
                     pass
@@ -98,14 +127,16 @@ class Cascade:
                 message = model._message(call, result, tel)
             if not call.route["escalated"]:
                 return ChatResult(generations=[ChatGeneration(message=message)])
+            below = index, call, result
         raise AssertionError("the last tier always answers")
 
     def stream(self, messages: list[BaseMessage], stop: list[str] | None,
                kwargs: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
         tried: list[dict[str, Any]] = []
+        below: tuple[int, _Call, GenerationResult] | None = None
         for index, final, route in self._steps(kwargs):
             model = self.models[index]
-            call = model._prepare(messages, stop, self.options(index, kwargs))
+            call = self._prepared(index, messages, stop, kwargs, below, route)
             with model._telemetry(call, messages) as tel:
                 items = model._run(call, tel)
                 held = list(items) if not final else None
@@ -113,6 +144,7 @@ class Cascade:
                     call = self._judged(index, held[-1][0], held[-1][1], final, tried, route)
                     if call.route["escalated"]:
                         model._message_fields(call, held[-1][1], tel)  # the escalated tier's span, finished
+                        below = index, call, held[-1][1]
                         continue
                 yield from self._chunks(index, held or items, call if held else None, final, tried, route, tel)
                 return
@@ -120,9 +152,10 @@ class Cascade:
     async def astream(self, messages: list[BaseMessage], stop: list[str] | None,
                       kwargs: dict[str, Any]) -> AsyncIterator[ChatGenerationChunk]:
         tried: list[dict[str, Any]] = []
+        below: tuple[int, _Call, GenerationResult] | None = None
         for index, final, route in self._steps(kwargs):
             model = self.models[index]
-            call = model._prepare(messages, stop, self.options(index, kwargs))
+            call = self._prepared(index, messages, stop, kwargs, below, route)
             with model._telemetry(call, messages) as tel:
                 items = model._arun(call, tel)
                 if not final:
@@ -130,6 +163,7 @@ class Cascade:
                     call = self._judged(index, held[-1][0], held[-1][1], final, tried, route)
                     if call.route["escalated"]:
                         model._message_fields(call, held[-1][1], tel)
+                        below = index, call, held[-1][1]
                         continue
                     for chunk in self._chunks(index, held, call, final, tried, route, tel):
                         yield chunk
@@ -155,3 +189,19 @@ class Cascade:
                 routed = self._judged(index, routed, item, final, tried, route)
             splitter = splitter or model._splitter(routed)
             yield model._chunk(routed, item, splitter, tel)
+
+
+def _continued(call: _Call, carried: list[int], source: str) -> _Call:
+    """``call`` continuing ``carried`` reasoning tokens another tier wrote: they end its prompt, and its output and
+    reasoning budgets shrink by as many, so the whole output stays within them."""
+    request, n = call.request, len(carried)
+    steering = request.steering
+    if steering is not None and steering.reasoning is not None:
+        budget = max(1, steering.reasoning.max_reasoning_tokens - n)
+        steering = dataclasses.replace(steering, reasoning=dataclasses.replace(steering.reasoning,
+                                                                               max_reasoning_tokens=budget))
+    sampling = dataclasses.replace(request.sampling, max_tokens=max(1, request.sampling.max_tokens - n))
+    request = dataclasses.replace(request, prompt_ids=[*request.prompt_ids, *carried], sampling=sampling,
+                                  steering=steering)
+    return dataclasses.replace(call, request=request, direct=None, carried=call.backend.decode(carried),
+                               route={**(call.route or {}), "carried_tokens": n, "carried_from": source})

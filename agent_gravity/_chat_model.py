@@ -93,6 +93,8 @@ class _Call:
     """How the call was routed, for ``response_metadata["gravity"]["route"]``; None when it was not."""
 
     direct_tokens: int = 0
+    carried: str = ""
+    """Reasoning a lower tier wrote that this call continues (its prompt ends with it): the start of the output."""
 
     def routed(self, gate: DirectGate) -> _Call:
         """This call as the gate routed it: its direct answer (no reasoning phase to split off), or reasoning."""
@@ -537,7 +539,8 @@ class ChatGravity(BaseChatModel):
         if call.tools:
             parsed = parse_output(result.text, call.tools)
             return "", parsed.content, parsed.tool_calls, parsed.invalid_tool_calls
-        reasoning, answer = split_reasoning(result.text, call.fmt) if call.fmt else ("", result.text.strip())
+        text = call.carried + result.text
+        reasoning, answer = split_reasoning(text, call.fmt) if call.fmt else ("", text.strip())
         return reasoning, answer, [], []
 
     def _output_content(self, call: _Call, result: GenerationResult) -> str:
@@ -623,6 +626,8 @@ class ChatGravity(BaseChatModel):
                 source = itertools.chain(gate.held, direct)
             else:
                 direct.close()  # aborts the direct answer in the engine
+        if call.carried:
+            yield call, GenerationDelta([], call.carried, [])
         for item in tel.timed(source):
             yield call, item
 
@@ -641,6 +646,8 @@ class ChatGravity(BaseChatModel):
                 source = _achain(gate.held, direct)
             else:
                 await direct.aclose()
+        if call.carried:
+            yield call, GenerationDelta([], call.carried, [])
         async for item in tel.atimed(source):
             yield call, item
 

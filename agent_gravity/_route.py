@@ -111,3 +111,15 @@ def escalation(entropy: Sequence[float], probe_answers: Sequence[str | None], an
     if on_unsettled and unsettled:
         return Escalation(True, score, unsettled, "probes unsettled")
     return Escalation(False, score, unsettled, None)
+
+
+def sure_reasoning(result: GenerationResult, end_marker: str, decode: Callable[[Sequence[int]], str],
+                   below: float) -> list[int]:
+    """The leading token ids of ``result``'s reasoning written before its first token above ``below`` nats: the
+    part an escalated call may continue from. Never the end-of-reasoning marker or anything after it."""
+    marker = result.text.find(end_marker.strip())
+    reasoning = result.text if marker < 0 else result.text[:marker]
+    n = next((i for i, e in enumerate(result.entropy) if e > below), len(result.token_ids))
+    while n and not reasoning.startswith(decode(result.token_ids[:n])):
+        n -= 1
+    return list(result.token_ids[:n])

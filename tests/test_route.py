@@ -23,12 +23,13 @@ class RoutedBackend(ScriptedBackend):
     """Answers a direct request (its prompt ends with the answer prefix) with ``direct`` at ``direct_entropy`` per
     token, and a reasoning request with ``reply`` at ``entropy``; counts both."""
 
-    def __init__(self, reply: str = "4 + 4 = 8.</think>\nAnswer: 8", entropy: float = 0.5, direct: str = " 8\n",
-                 direct_entropy: float = 0.05, name: str = "scripted") -> None:
+    def __init__(self, reply: str = "4 + 4 = 8.</think>\nAnswer: 8", entropy: float | list[float] = 0.5,
+                 direct: str = " 8\n", direct_entropy: float = 0.05, name: str = "scripted") -> None:
         super().__init__(reply)
         self.entropy, self.direct, self.direct_entropy, self.model_name = entropy, direct, direct_entropy, name
         self.calls = {"direct": 0, "reason": 0}
         self.aborted = 0
+        self.requests: list[GenerationRequest] = []
 
     def _is_direct(self, request: GenerationRequest) -> bool:
         return self.decode(request.prompt_ids).endswith(ANSWER_PREFIX)
@@ -36,15 +37,17 @@ class RoutedBackend(ScriptedBackend):
     def stream(self, request: GenerationRequest):
         direct = self._is_direct(request)
         self.calls["direct" if direct else "reason"] += 1
+        self.requests.append(request)
         text, entropy = (self.direct, self.direct_entropy) if direct else (self.reply, self.entropy)
         ids = self.encode(text)[:request.sampling.max_tokens]
+        entropy = entropy[:len(ids)] if isinstance(entropy, list) else [entropy] * len(ids)
         finished = False
         try:
             for i in range(0, len(ids), 2):  # two tokens a delta, as an engine batches them
-                yield GenerationDelta(ids[i:i + 2], self.decode(ids[i:i + 2]), [entropy] * len(ids[i:i + 2]))
+                yield GenerationDelta(ids[i:i + 2], self.decode(ids[i:i + 2]), entropy[i:i + 2])
             finished = True
             yield GenerationResult(f"{self.model_name}-1", ids, self.decode(ids), "stop", len(request.prompt_ids),
-                                   [entropy] * len(ids))
+                                   entropy)
         finally:
             self.aborted += not finished
 
@@ -211,6 +214,45 @@ def test_every_surface_escalates_alike(mode):
         chunks = list(model.stream("q")) if mode == "stream" else asyncio.run(_collect(model.astream("q")))
         text, meta = "".join(c.content for c in chunks), chunks[-1].response_metadata
     assert text == "8" and meta["gravity"]["route"]["tier"] == "full" and full.calls["reason"] == 1
+
+
+@pytest.mark.parametrize("mode", ["invoke", "stream"])
+def test_an_escalated_call_continues_the_reasoning_the_cheap_tier_was_sure_of(mode):
+    sure = "8 + 8 = 16, and half of 16 is 8."
+    cheap = RoutedBackend(sure + " Or 7?</think>\nAnswer: 7", entropy=[0.2] * len(sure) + [3.0] * 99, name="cheap")
+    full = RoutedBackend(" So 8.</think>\nAnswer: 8", entropy=0.2, name="full")
+    model = ChatGravity(tiers=[Tier(name="cheap", backend=cheap), Tier(name="full", backend=full)],
+                        route=RouteConfig(escalate_above=1.0))
+    if mode == "invoke":
+        msg = model.invoke("q")
+        text, reasoning, meta = msg.content, msg.additional_kwargs["reasoning_content"], msg.response_metadata
+    else:
+        chunks = list(model.stream("q"))
+        text = "".join(c.content for c in chunks)
+        reasoning = "".join(c.additional_kwargs.get("reasoning_content", "") for c in chunks)
+        meta = chunks[-1].response_metadata
+    route = meta["gravity"]["route"]
+    assert text == "8" and reasoning.strip() == sure + " So 8."
+    assert route["tier"] == "full" and route["carried_tokens"] == len(sure) and route["carried_from"] == "cheap"
+    cheap_request, full_request = cheap.requests[-1], full.requests[-1]
+    assert full_request.prompt_ids[-len(sure):] == cheap.encode(sure)  # prefilled, not written again
+    assert full_request.sampling.max_tokens == cheap_request.sampling.max_tokens - len(sure)
+    budget = full_request.steering.reasoning.max_reasoning_tokens
+    assert budget == cheap_request.steering.reasoning.max_reasoning_tokens - len(sure)
+
+
+def test_tiers_with_different_tokenizers_or_no_carry_start_over():
+    sure = "8 + 8 = 16."
+    for other_vocab, carry in ((True, 1.0), (False, None)):
+        cheap = RoutedBackend(sure + " Or 7?</think>\nAnswer: 7", entropy=[0.2] * len(sure) + [3.0] * 99)
+        full = RoutedBackend(" So 8.</think>\nAnswer: 8", entropy=0.2)
+        if other_vocab:
+            full.token_texts = [*ScriptedBackend.token_texts[:-1], "\u2581other"]
+        model = ChatGravity(tiers=[Tier(name="cheap", backend=cheap), Tier(name="full", backend=full)],
+                            route=RouteConfig(escalate_above=1.0, carry_below=carry))
+        route = model.invoke("q").response_metadata["gravity"]["route"]
+        assert route["tier"] == "full" and "carried_tokens" not in route
+        assert full.requests[-1].sampling.max_tokens == cheap.requests[-1].sampling.max_tokens
 
 
 def test_a_tier_keeps_its_own_gravity_while_a_call_option_sets_the_others():

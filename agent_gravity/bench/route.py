@@ -217,7 +217,9 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
             "cascade": {"escalate_above": online["escalate_above"], "quantile": 0.9,
                         "kept_on_cheap": sum((r.route or {}).get("tier") == "cheap" for r in cascade) / len(cascade),
                         "kept_vs_full_tier": sum(agrees(t, f.answer, c.answer)
-                                                 for t, f, c in zip(tasks, reason, cascade)) / len(cascade)},
+                                                 for t, f, c in zip(tasks, reason, cascade)) / len(cascade),
+                        "carried_tokens": _stats.mean_ci([(r.route or {}).get("carried_tokens", 0) for r in cascade
+                                                          if (r.route or {}).get("tried")] or [0])},
             "per_item": {name: [dataclasses.asdict(r) for r in rs] for name, rs in results.items()}}
 
 
@@ -270,7 +272,8 @@ def table(report: dict[str, Any]) -> str:
                      f"{interval(m['preservation'], 100):>20} {m['wall_seconds'] or math.nan:>8.1f}")
     c = report["cascade"]
     lines.append(f"cascade at q90 > {c['escalate_above']:.3f}: {100 * c['kept_on_cheap']:.1f}% kept on the cheap tier, "
-                 f"{100 * c['kept_vs_full_tier']:.1f}% answers as the full tier's")
+                 f"{100 * c['kept_vs_full_tier']:.1f}% answers as the full tier's, escalated calls continue "
+                 f"{c['carried_tokens']['value']:.1f} reasoning tokens of the cheap tier's")
     d = report["deferral"]
     lines.append("deferral areas (answers kept vs full tier): " + ", ".join(
         f"{name} {a['kept']:.3f}" for name, a in d["area"].items()))

@@ -421,6 +421,9 @@ class GravityReport(BaseModel):
     entropy: list[float | None]
     """Entropy (nats) of the distribution each generated token came from (null where none was seen)."""
     entropy_mean: float | None = None
+    route: dict[str, Any] | None = None
+    """How the call was routed (adaptive thinking or a cascade of ``--upstream-tier`` servers): which tier
+    answered, the entropy score it was judged by, and the tiers tried before it."""
 
 
 class ChatCompletion(BaseModel):

@@ -38,7 +38,7 @@ def request_attributes(provider: str, model: str, params: dict[str, Any]) -> dic
 
 
 _ROUTE_ATTRIBUTES = ("route", "direct_score", "direct_below", "probe_tokens", "tier", "escalated", "why", "score",
-                     "quantile", "escalate_above")
+                     "quantile", "escalate_above", "carried_tokens", "carried_from")
 
 
 def response_attributes(

@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from agent_gravity import ChatGravity
-from agent_gravity._cli import main
+from agent_gravity import ChatGravity, RouteConfig
+from agent_gravity._cli import _tiers, main
 from agent_gravity.bench.serve import load_test, serving
 from agent_gravity.bench.vllm_servers import free_port, metric
 from agent_gravity.serve import CLIENT_SETTINGS, create_app
@@ -70,3 +70,28 @@ def test_an_api_key_comes_from_the_environment_never_the_command_line(capsys, mo
     monkeypatch.delenv("NO_SUCH_KEY", raising=False)
     assert main(["serve", "--api-key-env", "NO_SUCH_KEY"]) == 2
     assert "NO_SUCH_KEY is not set" in capsys.readouterr().err
+
+
+def test_the_proxy_runs_a_cascade_over_upstream_tiers(vllm_servers):
+    tiers = _tiers([f"cheap={vllm_servers['plain']}", f"full={vllm_servers['plugin']}"], None)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 3?"}],
+            "max_completion_tokens": 48}
+    for above, answered in ((0.0, "full"), (1e6, "cheap")):
+        model = ChatGravity(tiers=tiers, route=RouteConfig(escalate_above=above, escalate_unsettled=False))
+        with serving(create_app(model)) as url:
+            reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+        route = reply["gravity"]["route"]
+        assert route["tier"] == answered and reply["choices"][0]["message"]["content"]
+        assert [t["tier"] for t in route["tried"]] == (["cheap"] if answered == "full" else [])
+
+
+def test_upstream_tiers_are_parsed_cheapest_first_and_bad_ones_refused(capsys):
+    tiers = _tiers(["cheap=http://a/v1", "full=http://b/v1", "cheap=http://c/v1"], None)
+    assert [(t.name, t.base_url) for t in tiers] == [("cheap", ["http://a/v1", "http://c/v1"]), ("full", ["http://b/v1"])]
+    assert main(["serve", "--upstream-tier", "cheap=http://a/v1"]) == 2
+    assert "at least two tiers" in capsys.readouterr().err
+    assert main(["serve", "--upstream-tier", "http://a/v1", "--upstream-tier", "b=http://b/v1"]) == 2
+    assert "takes NAME=URL" in capsys.readouterr().err
+    assert main(["serve", "--upstream", "http://a/v1", "--upstream-tier", "a=http://a/v1",
+                 "--upstream-tier", "b=http://b/v1"]) == 2
+    assert "not both" in capsys.readouterr().err
