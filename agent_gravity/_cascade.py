@@ -18,7 +18,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 
 from agent_gravity._config import RouteConfig
 from agent_gravity._route import escalation, sure_reasoning
-from agent_gravity.backends.base import GenerationResult
+from agent_gravity.backends.base import GenerationResult, StreamItem
 
 if TYPE_CHECKING:
     from agent_gravity._chat_model import ChatGravity, _Call
@@ -64,11 +64,6 @@ class Cascade:
                       "output_tokens": len(result.token_ids)})
         return dataclasses.replace(call, route={**(call.route or {}), **record})
 
-    def _steps(self, kwargs: dict[str, Any]) -> Iterator[tuple[int, bool, RouteConfig]]:
-        path, route = self.path(kwargs), kwargs.get("route") or self.route
-        for n, index in enumerate(path):
-            yield index, n == len(path) - 1, route
-
     def options(self, index: int, kwargs: dict[str, Any]) -> dict[str, Any]:
         """A call's options for one tier: a tier with its own gravity keeps it."""
         return {k: v for k, v in kwargs.items() if not (k == "gravity" and self.own_gravity[index])}
@@ -99,96 +94,114 @@ class Cascade:
         return self._tokenizers[key]
 
     def generate(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> ChatResult:
-        tried: list[dict[str, Any]] = []
-        below: tuple[int, _Call, GenerationResult] | None = None
-        for index, final, route in self._steps(kwargs):
-            model = self.models[index]
-            call = self._prepared(index, messages, stop, kwargs, below, route)
-            with model._telemetry(call, messages) as tel:
-                *_, (call, result) = model._run(call, tel)
-                call = self._judged(index, call, result, final, tried, route)
-                message = model._message(call, result, tel)
+        climb = _Climb(self, messages, stop, kwargs)
+        for step in climb:
+            with step.model._telemetry(step.call, messages) as tel:
+                *_, (call, result) = step.model._run(step.call, tel)
+                call = climb.judged(step, call, result)
+                message = step.model._message(call, result, tel)
             if not call.route["escalated"]:
                 return ChatResult(generations=[ChatGeneration(message=message)])
-            below = index, call, result
         raise AssertionError("the last tier always answers")
 
     async def agenerate(self, messages: list[BaseMessage], stop: list[str] | None,
                         kwargs: dict[str, Any]) -> ChatResult:
-        tried: list[dict[str, Any]] = []
-        below: tuple[int, _Call, GenerationResult] | None = None
-        for index, final, route in self._steps(kwargs):
-            model = self.models[index]
-            call = self._prepared(index, messages, stop, kwargs, below, route)
-            with model._telemetry(call, messages) as tel:
-                async for call, result in model._arun(call, tel):
+        climb = _Climb(self, messages, stop, kwargs)
+        for step in climb:
+            with step.model._telemetry(step.call, messages) as tel:
+                async for call, result in step.model._arun(step.call, tel):
                     pass
-                call = self._judged(index, call, result, final, tried, route)
-                message = model._message(call, result, tel)
+                call = climb.judged(step, call, result)
+                message = step.model._message(call, result, tel)
             if not call.route["escalated"]:
                 return ChatResult(generations=[ChatGeneration(message=message)])
-            below = index, call, result
         raise AssertionError("the last tier always answers")
 
     def stream(self, messages: list[BaseMessage], stop: list[str] | None,
                kwargs: dict[str, Any]) -> Iterator[ChatGenerationChunk]:
-        tried: list[dict[str, Any]] = []
-        below: tuple[int, _Call, GenerationResult] | None = None
-        for index, final, route in self._steps(kwargs):
-            model = self.models[index]
-            call = self._prepared(index, messages, stop, kwargs, below, route)
-            with model._telemetry(call, messages) as tel:
-                items = model._run(call, tel)
-                held = list(items) if not final else None
-                if held is not None:
-                    call = self._judged(index, held[-1][0], held[-1][1], final, tried, route)
-                    if call.route["escalated"]:
-                        model._message_fields(call, held[-1][1], tel)  # the escalated tier's span, finished
-                        below = index, call, held[-1][1]
-                        continue
-                yield from self._chunks(index, held or items, call if held else None, final, tried, route, tel)
-                return
+        climb = _Climb(self, messages, stop, kwargs)
+        for step in climb:
+            with step.model._telemetry(step.call, messages) as tel:
+                items = step.model._run(step.call, tel)
+                if step.final:
+                    yield from climb.chunks(step, items, tel)
+                    return
+                held = list(items)
+                if not climb.escalated(step, held, tel):
+                    yield from climb.chunks(step, held, tel, judge=False)
+                    return
 
     async def astream(self, messages: list[BaseMessage], stop: list[str] | None,
                       kwargs: dict[str, Any]) -> AsyncIterator[ChatGenerationChunk]:
-        tried: list[dict[str, Any]] = []
-        below: tuple[int, _Call, GenerationResult] | None = None
-        for index, final, route in self._steps(kwargs):
-            model = self.models[index]
-            call = self._prepared(index, messages, stop, kwargs, below, route)
-            with model._telemetry(call, messages) as tel:
-                items = model._arun(call, tel)
-                if not final:
-                    held = [pair async for pair in items]
-                    call = self._judged(index, held[-1][0], held[-1][1], final, tried, route)
-                    if call.route["escalated"]:
-                        model._message_fields(call, held[-1][1], tel)
-                        below = index, call, held[-1][1]
-                        continue
-                    for chunk in self._chunks(index, held, call, final, tried, route, tel):
+        climb = _Climb(self, messages, stop, kwargs)
+        for step in climb:
+            with step.model._telemetry(step.call, messages) as tel:
+                items = step.model._arun(step.call, tel)
+                if step.final:
+                    splitter = None
+                    async for routed, item in items:
+                        routed = climb.judged(step, routed, item) if isinstance(item, GenerationResult) else routed
+                        splitter = splitter or step.model._splitter(routed)
+                        yield step.model._chunk(routed, item, splitter, tel)
+                    return
+                held = [pair async for pair in items]
+                if not climb.escalated(step, held, tel):
+                    for chunk in climb.chunks(step, held, tel, judge=False):
                         yield chunk
                     return
-                splitter = None
-                async for routed, item in items:
-                    if isinstance(item, GenerationResult):
-                        routed = self._judged(index, routed, item, final, tried, route)
-                    splitter = splitter or model._splitter(routed)
-                    yield model._chunk(routed, item, splitter, tel)
-                return
 
-    def _chunks(self, index: int, items: Iterator[tuple[_Call, Any]] | Sequence[tuple[_Call, Any]],
-                judged: _Call | None, final: bool, tried: list[dict[str, Any]], route: RouteConfig,
-                tel: Any) -> Iterator[ChatGenerationChunk]:
-        """The chunks of a tier's output that stands: ``judged`` is its call when it was judged already (a held
-        output), else the result is judged as it arrives."""
-        model, splitter = self.models[index], None
+
+@dataclass
+class _Step:
+    """A call's turn on one tier: the tier's chat model and the call prepared for it."""
+
+    index: int
+    final: bool
+    model: ChatGravity
+    call: _Call
+
+
+class _Climb:
+    """One call's way up the tiers: the tiers tried so far, and the output an escalated call may continue."""
+
+    def __init__(self, cascade: Cascade, messages: list[BaseMessage], stop: list[str] | None,
+                 kwargs: dict[str, Any]) -> None:
+        self.cascade, self.messages, self.stop, self.kwargs = cascade, messages, stop, kwargs
+        self.route: RouteConfig = kwargs.get("route") or cascade.route
+        self.tried: list[dict[str, Any]] = []
+        self.below: tuple[int, _Call, GenerationResult] | None = None
+
+    def __iter__(self) -> Iterator[_Step]:
+        path = self.cascade.path(self.kwargs)
+        for n, index in enumerate(path):
+            call = self.cascade._prepared(index, self.messages, self.stop, self.kwargs, self.below, self.route)
+            yield _Step(index, n == len(path) - 1, self.cascade.models[index], call)
+
+    def judged(self, step: _Step, call: _Call, result: GenerationResult) -> _Call:
+        """``call`` with its route record; an output that goes up is kept for the next tier to continue."""
+        call = self.cascade._judged(step.index, call, result, step.final, self.tried, self.route)
+        if call.route["escalated"]:
+            self.below = step.index, call, result
+        return call
+
+    def escalated(self, step: _Step, held: list[tuple[_Call, StreamItem]], tel: Any) -> bool:
+        """Judge a held output: when it goes up, its span is finished here and its chunks are never sent."""
+        call = self.judged(step, held[-1][0], held[-1][1])
+        held[-1] = call, held[-1][1]
+        if call.route["escalated"]:
+            step.model._message_fields(call, held[-1][1], tel)
+        return call.route["escalated"]
+
+    def chunks(self, step: _Step, items: Iterator[tuple[_Call, StreamItem]] | Sequence[tuple[_Call, StreamItem]],
+               tel: Any, judge: bool = True) -> Iterator[ChatGenerationChunk]:
+        """The chunks of a tier's output that stands; ``judge``: its result is judged as it arrives (else it was
+        judged while held)."""
+        splitter = None
         for routed, item in items:
-            if judged is not None:
-                routed = judged
-            elif isinstance(item, GenerationResult):
-                routed = self._judged(index, routed, item, final, tried, route)
-            splitter = splitter or model._splitter(routed)
-            yield model._chunk(routed, item, splitter, tel)
+            if judge and isinstance(item, GenerationResult):
+                routed = self.judged(step, routed, item)
+            splitter = splitter or step.model._splitter(routed)
+            yield step.model._chunk(routed, item, splitter, tel)
 
 
 def _continued(call: _Call, carried: list[int], source: str) -> _Call:
