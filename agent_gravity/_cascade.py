@@ -72,14 +72,15 @@ class Cascade:
                   below: tuple[int, _Call, GenerationResult] | None, route: RouteConfig) -> _Call:
         """Tier ``index``'s call; after an escalation, continuing the reasoning the tier below was sure of."""
         call = self.models[index]._prepare(messages, stop, self.options(index, kwargs))
-        if below is None or route.carry_below is None or call.fmt is None or call.tools:
+        if below is None or not route.carry or call.fmt is None or call.tools:
             return call
         low, low_call, result = below
         if low_call.fmt != call.fmt or not self._shared(low, index):
             return call
         prompt = low_call.request.prompt_ids
         carried = [*prompt[len(prompt) - (low_call.route or {}).get("carried_tokens", 0):],
-                   *sure_reasoning(result, low_call.fmt.end, call.backend.decode, route.carry_below)]
+                   *sure_reasoning(result, low_call.fmt.end, call.backend.decode, route.escalate_quantile,
+                                  route.escalate_above)]
         return _continued(call, carried, self.names[low]) if carried else call
 
     def _shared(self, low: int, high: int) -> bool:

@@ -314,10 +314,10 @@ class RouteConfig(BaseModel):
     escalate_quantile: float = Field(0.9, gt=0, le=1)
     escalate_above: float = Field(1.0, ge=0, le=MAX_NATS, allow_inf_nan=False)
     escalate_unsettled: bool = True
-    carry_below: float | None = Field(1.0, ge=0, le=MAX_NATS, allow_inf_nan=False)
-    """When the tiers share a tokenizer, an escalated call continues the lower tier's reasoning up to its first
-    token above this many nats (prefilled, not written again; the reasoning budget counts it); None: it starts
-    over."""
+    carry: bool = True
+    """When the tiers share a tokenizer, an escalated call continues the longest start of the lower tier's
+    reasoning that would have stood by itself (its ``escalate_quantile`` entropy at most ``escalate_above``):
+    prefilled, not written again, and counted in the reasoning budget. False: it starts over."""
     tasks: dict[str, str] = Field(default_factory=dict)
     """Kind of work -> the tier name that answers it outright, e.g. ``{"structured": "cheap"}``."""
     tools: bool = False

@@ -114,12 +114,17 @@ def escalation(entropy: Sequence[float], probe_answers: Sequence[str | None], an
 
 
 def sure_reasoning(result: GenerationResult, end_marker: str, decode: Callable[[Sequence[int]], str],
-                   below: float) -> list[int]:
-    """The leading token ids of ``result``'s reasoning written before its first token above ``below`` nats: the
-    part an escalated call may continue from. Never the end-of-reasoning marker or anything after it."""
+                   quantile: float, above: float) -> list[int]:
+    """The longest start of ``result``'s reasoning that would have stood by itself (its ``quantile`` entropy at
+    most ``above`` nats): what an escalated call may continue from. Never a token the steering forced (a closing
+    line break), the end-of-reasoning marker or anything after it."""
     marker = result.text.find(end_marker.strip())
     reasoning = result.text if marker < 0 else result.text[:marker]
-    n = next((i for i, e in enumerate(result.entropy) if e > below), len(result.token_ids))
+    n = len(result.token_ids)
+    if result.steering is not None and result.steering.reasoning_tokens is not None:
+        n = min(n, result.steering.reasoning_tokens)  # the steering closed the reasoning here
     while n and not reasoning.startswith(decode(result.token_ids[:n])):
+        n -= 1
+    while n and (score := entropy_quantile(result.entropy[:n], quantile)) is not None and score > above:
         n -= 1
     return list(result.token_ids[:n])

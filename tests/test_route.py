@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from agent_gravity import ChatGravity, GravityConfig, InvalidCallOptionError, RouteConfig, Tier
 from agent_gravity._profile import RouteCalibration, update_profile
-from agent_gravity._route import DirectGate, entropy_quantile, escalation, probes_unsettled
+from agent_gravity._route import DirectGate, entropy_quantile, escalation, probes_unsettled, sure_reasoning
 from agent_gravity.backends.base import GenerationDelta, GenerationRequest, GenerationResult
 from tests.serve._scripted_backend import ScriptedBackend
 
@@ -222,7 +222,7 @@ def test_an_escalated_call_continues_the_reasoning_the_cheap_tier_was_sure_of(mo
     cheap = RoutedBackend(sure + " Or 7?</think>\nAnswer: 7", entropy=[0.2] * len(sure) + [3.0] * 99, name="cheap")
     full = RoutedBackend(" So 8.</think>\nAnswer: 8", entropy=0.2, name="full")
     model = ChatGravity(tiers=[Tier(name="cheap", backend=cheap), Tier(name="full", backend=full)],
-                        route=RouteConfig(escalate_above=1.0))
+                        route=RouteConfig(escalate_above=1.0, escalate_quantile=1.0))  # the max: "sure" ends at 3.0
     if mode == "invoke":
         msg = model.invoke("q")
         text, reasoning, meta = msg.content, msg.additional_kwargs["reasoning_content"], msg.response_metadata
@@ -241,15 +241,26 @@ def test_an_escalated_call_continues_the_reasoning_the_cheap_tier_was_sure_of(mo
     assert budget == cheap_request.steering.reasoning.max_reasoning_tokens - len(sure)
 
 
+def test_the_carried_reasoning_is_the_longest_start_that_would_have_stood_and_never_the_marker():
+    text = "abcdefghij</think>\nAnswer: 7"
+    result = GenerationResult("r", list(text.encode()), text, "stop", 3, [0.2] * 8 + [30.0] * 30)
+    # q0.9 of a start tolerates a tenth of unsure tokens: 9 tokens hold one 30.0 at the interpolated 0.9 point only
+    assert _decode(sure_reasoning(result, "</think>", _decode, 1.0, 1.0)) == "abcdefgh"
+    assert _decode(sure_reasoning(result, "</think>", _decode, 0.9, 1.0)) == "abcdefgh"
+    calm = GenerationResult("r", list(text.encode()), text, "stop", 3, [0.2] * len(text))
+    assert _decode(sure_reasoning(calm, "</think>", _decode, 0.9, 1.0)) == "abcdefghij"  # never the marker
+    assert sure_reasoning(GenerationResult("r", [], "", "stop", 3, []), "</think>", _decode, 0.9, 1.0) == []
+
+
 def test_tiers_with_different_tokenizers_or_no_carry_start_over():
     sure = "8 + 8 = 16."
-    for other_vocab, carry in ((True, 1.0), (False, None)):
+    for other_vocab, carry in ((True, True), (False, False)):
         cheap = RoutedBackend(sure + " Or 7?</think>\nAnswer: 7", entropy=[0.2] * len(sure) + [3.0] * 99)
         full = RoutedBackend(" So 8.</think>\nAnswer: 8", entropy=0.2)
         if other_vocab:
             full.token_texts = [*ScriptedBackend.token_texts[:-1], "\u2581other"]
         model = ChatGravity(tiers=[Tier(name="cheap", backend=cheap), Tier(name="full", backend=full)],
-                            route=RouteConfig(escalate_above=1.0, carry_below=carry))
+                            route=RouteConfig(escalate_above=1.0, carry=carry))
         route = model.invoke("q").response_metadata["gravity"]["route"]
         assert route["tier"] == "full" and "carried_tokens" not in route
         assert full.requests[-1].sampling.max_tokens == cheap.requests[-1].sampling.max_tokens

@@ -65,9 +65,9 @@ def test_adaptive_thinking_on_the_engine_answers_directly_or_reasons_as_the_thre
 def test_a_cascade_on_the_engine_keeps_the_cheap_answer_or_gives_the_full_tiers(chat):
     cheap = GravityConfig(max_reasoning_tokens=16, min_tokens=8)
 
-    def tiered(above: float) -> ChatGravity:
+    def tiered(above: float, carry: bool = False) -> ChatGravity:
         return ChatGravity(backend=chat.get_backend(), tiers=[Tier(name="cheap", gravity=cheap), Tier(name="full")],
-                           route=RouteConfig(escalate_above=above, escalate_unsettled=False))
+                           route=RouteConfig(escalate_above=above, escalate_unsettled=False, carry=carry))
 
     stays = tiered(64.0).invoke(QUESTION)
     assert stays.response_metadata["gravity"]["route"]["tier"] == "cheap"
@@ -75,7 +75,18 @@ def test_a_cascade_on_the_engine_keeps_the_cheap_answer_or_gives_the_full_tiers(
     goes = tiered(0.0).invoke(QUESTION)
     route = goes.response_metadata["gravity"]["route"]
     assert route["tier"] == "full" and route["tried"][0]["tier"] == "cheap" and route["tried"][0]["escalated"]
-    assert goes.content == chat.invoke(QUESTION).content
+    assert goes.content == chat.invoke(QUESTION).content and "carried_tokens" not in route
+    # escalating on the cheap output's highest entropy: the full tier goes on from the reasoning before it
+    entropy = stays.response_metadata["gravity"]["entropy"][:16]  # the cheap tier's reasoning budget
+    above = sorted(set(entropy))[-2]
+    first_unsure = next(i for i, e in enumerate(entropy) if e > above)
+    tiers = [Tier(name="cheap", gravity=cheap), Tier(name="full")]
+    carried = ChatGravity(backend=chat.get_backend(), tiers=tiers, route=RouteConfig(
+        escalate_above=above, escalate_quantile=1.0, escalate_unsettled=False)).invoke(QUESTION)
+    route = carried.response_metadata["gravity"]["route"]
+    assert route["tier"] == "full" and carried.content.strip()
+    assert 1 <= first_unsure < 16 and route["carried_tokens"] == first_unsure
+    assert carried.additional_kwargs["reasoning_content"][:8] == stays.additional_kwargs["reasoning_content"][:8]
 
 
 @pytest.mark.engine
