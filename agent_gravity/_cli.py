@@ -236,14 +236,31 @@ def _bench_agents(args: argparse.Namespace) -> int:
     return _print_report(args, report, agents.table, "agents", "tasks")
 
 
-def _transformers_backend(model: str | None, device: str = "cpu") -> Any:
+def _transformers_backend(model: str | None, device: str = "cpu", max_model_len: int | None = None) -> Any:
     """The transformers backend on ``--model`` (a local folder) or the embedded model, on ``device``."""
     from agent_gravity import _model_store
     from agent_gravity.backends.local_transformers import TransformersBackend, TransformersSettings
 
     folder = _model_store.pull() if model is None else Path(model).expanduser().resolve()
-    return TransformersBackend(TransformersSettings(str(folder), device=device),
+    extra = {} if max_model_len is None else {"max_model_len": max_model_len}
+    return TransformersBackend(TransformersSettings(str(folder), device=device, **extra),
                                None if model else _model_store.DEFAULT_MODEL.name)
+
+
+def _bench_prefill(args: argparse.Namespace) -> int:
+    from agent_gravity.backends._adaptive_prefill import PrefillSpec
+    from agent_gravity.bench import prefill
+
+    if args.per_cell < 1 or min(args.lengths) < 256 or min(args.break_even) < 256:
+        raise SystemExit("--per-cell must be at least 1 and every --lengths/--break-even value at least 256 tokens")
+    with contextlib.redirect_stdout(sys.stderr):
+        backend = _transformers_backend(args.model, max_model_len=max(*args.lengths, *args.break_even) + 64)
+        if max(*args.lengths, *args.break_even) > backend.max_positions:
+            raise SystemExit(f"--lengths and --break-even go up to the model's context, {backend.max_positions} tokens")
+        report = prefill.main(backend, args.lengths, args.per_cell, PrefillSpec(min_tokens=args.min_tokens),
+                              args.kinds, args.break_even, Path(args.out),
+                              lambda task: print(f"task {task.id}", file=sys.stderr))
+    return _print_report(args, report, prefill.table, "prefill", "rows")
 
 
 def _bench_kv(args: argparse.Namespace) -> int:
@@ -548,6 +565,17 @@ def build_parser() -> argparse.ArgumentParser:
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
     _report_arguments(kvp, "kv")
     kvp.set_defaults(run=_bench_kv)
+    pre = benches.add_parser("prefill", help="entropy-adaptive prefill against dense and fixed sparse attention: "
+                                             "speed, recall, top-1 agreement and KL on long prompts")
+    pre.add_argument("--lengths", type=int, nargs="+", default=[2048, 4096, 8192], help="context lengths (tokens)")
+    pre.add_argument("--per-cell", type=int, default=1, help="tasks per length, depth and kind (default 1)")
+    pre.add_argument("--kinds", nargs="+", default=["logs", "prose", "two_hop"], choices=["logs", "prose", "two_hop"])
+    pre.add_argument("--min-tokens", type=int, default=4096,
+                     help="prompts shorter than this prefill densely (default 4096: measured below it, adaptive is slower)")
+    pre.add_argument("--break-even", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192],
+                     help="lengths at which dense and adaptive prefill are timed against each other")
+    _report_arguments(pre, "prefill")
+    pre.set_defaults(run=_bench_prefill)
     grp = benches.add_parser("groups", help="compute groups inside gravity zones (lossless drafting, KV in 8 or 4 "
                                             "bits, skipped layers, top-2) against the full group, on the "
                                             "transformers backend")

@@ -9,6 +9,7 @@ is never prefilled again, and KV trim policies act on that cache directly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import threading
 import time
@@ -23,6 +24,7 @@ import torch
 from agent_gravity._errors import EngineError, EngineTimeoutError, SchemaNotEnforceableError, SessionNotFoundError
 from agent_gravity._probe import line_confidence
 from agent_gravity._steering import Steering
+from agent_gravity.backends._adaptive_prefill import PrefillSpec, adaptive_prefill
 from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_layers, middle_layers, skipping
@@ -83,6 +85,9 @@ class TransformersSettings:
     """Conversation caches kept at once; past it the least recently used is evicted (its memory freed)."""
     max_session_bytes: int = 4 * 1024**3
     """Bytes all conversation caches may hold together; past it the least recently used are evicted."""
+    adaptive_prefill: PrefillSpec | None = None
+    """Prefill fresh prompts of ``min_tokens`` or more with entropy-adaptive attention (lossy: dense attention
+    for the heads that are dynamic there, block-sparse for the rigid ones); None: always dense."""
 
     def check_model_dir(self) -> None:
         """Raise ModelNotFoundError unless ``model_dir`` is a local model folder."""
@@ -157,7 +162,9 @@ class TransformersBackend(HFTokenizerMethods):
         # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
         unused_mask = torch.zeros(1, 1, q, start + q, device=self._device)
         # not inference_mode: steering edits logits in place
-        with torch.no_grad(), ragged_cache_active(cache), skipping(self._model, skip):
+        spec = self.settings.adaptive_prefill
+        with (torch.no_grad(), ragged_cache_active(cache), skipping(self._model, skip),
+              adaptive_prefill(spec) if spec is not None else contextlib.nullcontext()):
             out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
                               position_ids=positions, attention_mask=unused_mask, use_cache=True)
         cache.advance(q)
@@ -166,6 +173,11 @@ class TransformersBackend(HFTokenizerMethods):
 
     def new_cache(self) -> RaggedCache:
         return RaggedCache(*self._shape)
+
+    @property
+    def max_positions(self) -> int:
+        """The longest sequence the model was trained for (its config's ``max_position_embeddings``)."""
+        return int(getattr(self._model.config, "max_position_embeddings", None) or self.max_context)
 
     @property
     def num_layers(self) -> int:

@@ -8,7 +8,7 @@ import string
 from dataclasses import asdict, dataclass
 from typing import Any
 
-_SERVICES = ("billing", "search", "auth", "storage", "mailer", "gateway", "ledger", "metrics", "scheduler", "cache")
+SERVICES = ("billing", "search", "auth", "storage", "mailer", "gateway", "ledger", "metrics", "scheduler", "cache")
 _KINDS = (("access code", lambda r: "".join(r.choices(string.ascii_uppercase + string.digits, k=6))),
           ("ticket id", lambda r: f"T-{r.randint(10000, 99999)}"),
           ("port", lambda r: str(r.randint(1024, 9999))))
@@ -38,9 +38,14 @@ class Transcript:
         return asdict(self)
 
 
+def log_line(rng: random.Random) -> str:
+    """One line of log noise: a heartbeat from a random service."""
+    return (f"[{rng.choice(('INFO', 'DEBUG'))}] {rng.choice(SERVICES)}: heartbeat ok, queue depth "
+            f"{rng.randint(0, 40)}, latency {rng.randint(1, 90)}ms")
+
+
 def _noise(rng: random.Random, lines: int) -> list[str]:
-    return [f"[{rng.choice(('INFO', 'DEBUG'))}] {rng.choice(_SERVICES)}: heartbeat ok, queue depth "
-            f"{rng.randint(0, 40)}, latency {rng.randint(1, 90)}ms" for _ in range(lines)]
+    return [log_line(rng) for _ in range(lines)]
 
 
 def _tool_output(rng: random.Random, fact: str, lines: int) -> str:
@@ -59,7 +64,7 @@ def generate_transcripts(n: int = 24, seed: int = 11, noise_lines: int = 30) -> 
         messages = [{"role": "system", "content": "You are an operations agent. Tool outputs are logs."},
                     {"role": "user", "content": "Check the three services and report back."}]
         questions = []
-        for turn, service in zip(("early", "middle", "late"), rng.sample(_SERVICES, 3)):
+        for turn, service in zip(("early", "middle", "late"), rng.sample(SERVICES, 3)):
             kind, make = rng.choice(_KINDS)
             value = make(rng)
             messages += [{"role": "assistant", "content": f"Checking {service}."},
