@@ -110,8 +110,7 @@ class Cascade:
         climb = _Climb(self, messages, stop, kwargs)
         for step in climb:
             with step.model._telemetry(step.call, messages) as tel:
-                async for call, result in step.model._arun(step.call, tel):
-                    pass
+                *_, (call, result) = [pair async for pair in step.model._arun(step.call, tel)]
                 call = climb.judged(step, call, result)
                 message = step.model._message(call, result, tel)
             if not call.route["escalated"]:

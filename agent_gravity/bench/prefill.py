@@ -92,9 +92,10 @@ def run_task(backend: TransformersBackend, task: PrefillTask, methods: Sequence[
         begun = time.perf_counter()
         prompt = backend.render(task.messages, task.prefix)
         cache, first, seconds, report = _prefill(backend, prompt, _spec(method, adaptive, duo))
-        int(first.argmax())  # the first token is what time to first token waits for
+        first_token = int(first.argmax())
         ttft = time.perf_counter() - begun
         answer, own = _decode(backend, cache, first, None, ANSWER_TOKENS)
+        assert answer[0] == first_token
         reference = reference or (answer, own)
         forced, dense_rows = reference
         here = own if answer == forced else _decode(backend, cache, first, forced, ANSWER_TOKENS)[1]
