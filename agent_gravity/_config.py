@@ -162,7 +162,8 @@ class KVConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     policy: dict[str, Any] = Field(default_factory=lambda: {"name": "head_entropy"})
-    """A trim policy spec: ``head_entropy``, ``snapkv`` or ``streaming_llm`` with their parameters."""
+    """A trim policy spec: ``head_entropy``, ``reconstruction``, ``snapkv`` or ``streaming_llm`` with their
+    parameters."""
     ratio: float = Field(4.0, ge=1.0, le=MAX_TOKENS, allow_inf_nan=False)
     sinks: int = Field(4, ge=0, le=MAX_WINDOW)
     window: int = Field(32, ge=1, le=MAX_TOKENS)

@@ -25,6 +25,8 @@ MAX_LAYERS = 1_024
 """Decoder layers a skip list may name."""
 MAX_POOL = 64
 """Pooling width over attention scores (KV trimming)."""
+MAX_CHUNK = 8192
+"""Tokens re-read per pass when a trim scores entries by context reconstruction."""
 MAX_POLICIES = 16
 """Policies in one composed spec, nested ones included."""
 MAX_NATS = 64.0

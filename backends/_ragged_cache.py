@@ -24,6 +24,7 @@ import torch
 
 from agent_gravity.backends._adaptive_prefill import active as prefill_active
 from agent_gravity.backends._adaptive_prefill import prefill_attention
+from agent_gravity.backends._reconstruction import observing
 
 ATTENTION = "agent_gravity_ragged"
 _ACTIVE: contextvars.ContextVar[RaggedCache | None] = contextvars.ContextVar("agent_gravity_ragged", default=None)
@@ -306,6 +307,8 @@ def ragged_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     cache.remember_queries(layer, query)
     groups = query.shape[1] // key.shape[1]
     mask = cache.mask(layer)
+    if (scores := observing()) is not None:  # a reconstruction pass scoring the held entries
+        scores.observe(layer, query, key, mask, scaling or query.shape[-1] ** -0.5)
     if mask is None and (adaptive := prefill_active(query.shape[2])) is not None:  # a fresh, long prefill
         return prefill_attention(query, key, value, scaling or query.shape[-1] ** -0.5, layer,
                                  *adaptive).transpose(1, 2).contiguous(), None

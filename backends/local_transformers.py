@@ -32,6 +32,7 @@ from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
 from agent_gravity.backends._ragged_cache import RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
+from agent_gravity.backends._reconstruction import reconstruction_scores
 from agent_gravity.backends._sessions import KVSession, SessionStore
 from agent_gravity.backends._speculation import Drafter
 from agent_gravity.backends._steered_rows import SteeredRows, Track
@@ -46,7 +47,7 @@ from agent_gravity.backends.base import (
     StreamItem,
 )
 from agent_gravity.kernels import token_entropy
-from agent_gravity.trim import Budget, GravityZone, LayerStretch, TrimBudgetError, TrimPolicy
+from agent_gravity.trim import Budget, GravityZone, LayerStretch, Reconstruction, TrimBudgetError, TrimPolicy
 from agent_gravity.trim.protect import exact_value_positions
 
 
@@ -157,6 +158,17 @@ class TransformersBackend(HFTokenizerMethods):
     def forward_rows(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...] = ()) -> torch.Tensor:
         """Feed ``ids`` after what ``cache`` holds (without the decoder layers in ``skip``); return every fed
         position's logits ``[len(ids), vocab]``."""
+        start = cache.next_position
+        logits = self._run(ids, cache, skip, every_row=True)
+        cache.record_entropy(start, _entropies(logits))
+        return logits.float()
+
+    def read(self, ids: Sequence[int], cache: RaggedCache) -> None:
+        """Feed ``ids`` after what ``cache`` holds for their keys and values alone: no logits, no entropies (a pass
+        that is cropped off again)."""
+        self._run(ids, cache, (), every_row=False)
+
+    def _run(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...], every_row: bool) -> torch.Tensor:
         q, start = len(ids), cache.next_position
         positions = torch.arange(start, start + q, device=self._device).unsqueeze(0)
         # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
@@ -166,10 +178,10 @@ class TransformersBackend(HFTokenizerMethods):
         with (torch.no_grad(), ragged_cache_active(cache), skipping(self._model, skip),
               adaptive_prefill(spec) if spec is not None else contextlib.nullcontext()):
             out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
-                              position_ids=positions, attention_mask=unused_mask, use_cache=True)
+                              position_ids=positions, attention_mask=unused_mask, use_cache=True,
+                              logits_to_keep=0 if every_row else 1)
         cache.advance(q)
-        cache.record_entropy(start, _entropies(out.logits[0]))
-        return out.logits[0].float()
+        return out.logits[0]
 
     def new_cache(self) -> RaggedCache:
         return RaggedCache(*self._shape)
@@ -218,8 +230,10 @@ class TransformersBackend(HFTokenizerMethods):
             if end > start:
                 protected = (exact_value_positions(session.ids, self.token_texts) if protect
                              else torch.zeros(0, dtype=torch.long))
+                scores = self._reconstruction_scores(session, policy, start, end)
                 for layer in range(self._shape[0]):
-                    self._trim_layer(cache, layer, policy, Budget(ratio), start, end, protected)
+                    self._trim_layer(cache, layer, policy, Budget(ratio), start, end, protected,
+                                     None if scores is None else scores[layer])
                 session.trimmed_until = end
             return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())))
 
@@ -234,13 +248,28 @@ class TransformersBackend(HFTokenizerMethods):
                                           cache.next_position - window))
             return TrimReport(session_id, "int8_gravity", before, cache.nbytes(), held, held)
 
+    def _reconstruction_scores(self, session: KVSession, policy: TrimPolicy, start: int,
+                               end: int) -> list[list[torch.Tensor]] | None:
+        """Per layer and KV head, every held entry's score from re-reading ``[start, end)`` (None unless the policy
+        scores by reconstruction)."""
+        spec: Reconstruction | None = getattr(policy, "reconstruction", None)
+        if spec is None:
+            return None
+        cache = session.cache
+        scores = reconstruction_scores(cache, session.ids[start:end], self.encode(spec.instruction), spec.chunk,
+                                       self.read, spec.recent)
+        # a head's layout puts its 8-bit entries first; the stretch is full-precision entries only
+        return [[s[len(h) - h.keys.shape[0]:] for s, h in zip(layer, heads)]
+                for layer, heads in zip(scores.best, cache.heads)]
+
     @staticmethod
     def _trim_layer(cache: RaggedCache, layer: int, policy: TrimPolicy, budget: Budget, start: int, end: int,
-                    protected: torch.Tensor) -> None:
+                    protected: torch.Tensor, scores: list[torch.Tensor] | None) -> None:
         heads = cache.heads[layer]
         inside = [(h.positions >= start) & (h.positions < end) for h in heads]
         stretch = LayerStretch(layer, [h.keys[m] for h, m in zip(heads, inside)],
-                               [h.positions[m] for h, m in zip(heads, inside)], cache.queries[layer], protected)
+                               [h.positions[m] for h, m in zip(heads, inside)], cache.queries[layer], protected,
+                               None if scores is None else [s[m] for s, m in zip(scores, inside)])
         kept = policy.select(stretch, budget)
         cache.keep(layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
                            for m, k in zip(inside, kept)])

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from agent_gravity._spec import from_spec
-from agent_gravity.trim.base import Budget, LayerStretch, TrimBudgetError, TrimPolicy
+from agent_gravity.trim.base import Budget, LayerStretch, Reconstruction, TrimBudgetError, TrimPolicy
 from agent_gravity.trim.gravity_zone import GravityZone
 from agent_gravity.trim.head_entropy import HeadEntropyPolicy
+from agent_gravity.trim.reconstruction import ReconstructionPolicy
 from agent_gravity.trim.snapkv import SnapKVPolicy
 from agent_gravity.trim.streaming_llm import StreamingLLMPolicy
 
-TRIM_POLICIES: dict[str, type] = {cls().name: cls for cls in (HeadEntropyPolicy, SnapKVPolicy, StreamingLLMPolicy)}
+TRIM_POLICIES: dict[str, type] = {cls().name: cls for cls in (
+    HeadEntropyPolicy, ReconstructionPolicy, SnapKVPolicy, StreamingLLMPolicy)}
 
 
 def trim_policy_from_spec(spec: dict[str, Any]) -> TrimPolicy:
@@ -19,6 +21,6 @@ def trim_policy_from_spec(spec: dict[str, Any]) -> TrimPolicy:
     return from_spec(TRIM_POLICIES, spec, "trim policy", "{'name': 'snapkv'}")
 
 
-__all__ = ["Budget", "GravityZone", "HeadEntropyPolicy",
-           "LayerStretch", "SnapKVPolicy", "StreamingLLMPolicy", "TRIM_POLICIES",
-           "TrimBudgetError", "TrimPolicy", "trim_policy_from_spec"]
+__all__ = ["Budget", "GravityZone", "HeadEntropyPolicy", "LayerStretch", "Reconstruction", "ReconstructionPolicy",
+           "SnapKVPolicy", "StreamingLLMPolicy", "TRIM_POLICIES", "TrimBudgetError", "TrimPolicy",
+           "trim_policy_from_spec"]

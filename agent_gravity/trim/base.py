@@ -5,6 +5,10 @@ the recent ``window`` (always kept, it is what the next tokens attend to most). 
 stretch were compressed already and are never compressed again; the ``sinks`` (the first tokens)
 are always kept. Each policy returns, for every KV head of a layer, the indices of the stretch's
 entries to keep, within that head's own budget: budgets stay per head.
+
+A policy that scores by context reconstruction carries a ``reconstruction`` attribute (a
+``Reconstruction``); the backend then runs that pass before trimming and hands each layer's entry
+scores in ``LayerStretch.importance``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from agent_gravity._errors import GravityError
+from agent_gravity._limits import MAX_CHUNK, bounded
 
 
 class TrimBudgetError(GravityError, ValueError):
@@ -36,10 +41,27 @@ class LayerStretch:
     """The layer's last query vectors ``[q_heads, w, dim]`` (grouped: ``q_heads`` is a multiple of KV heads)."""
     protected: torch.Tensor
     """Positions that must be kept (exact values); empty when nothing is protected."""
+    importance: Sequence[torch.Tensor] | None = None
+    """Per KV head, each stretch entry's score from a context reconstruction pass; None unless the policy
+    carries a ``reconstruction``."""
 
     @property
     def kv_heads(self) -> int:
         return len(self.keys)
+
+
+@dataclass(frozen=True)
+class Reconstruction:
+    """How a backend scores entries by context reconstruction: after the cache, ``instruction`` and then the
+    stretch's own tokens in chunks of ``chunk``, teacher forced; an entry scores the most attention it gets."""
+
+    instruction: str = "\n\nRepeat the previous context exactly.\n\n"
+    chunk: int = 512
+    recent: bool = False
+    """Let the cache's recent queries (a turn's own output when the model answered last) score entries too."""
+
+    def __post_init__(self) -> None:
+        bounded("chunk", self.chunk, 1, MAX_CHUNK)
 
 
 @dataclass(frozen=True)
@@ -88,8 +110,12 @@ def group_scores(stretch: LayerStretch, pool: int = 7) -> list[torch.Tensor]:
             continue
         qs = q[h * groups:(h + 1) * groups]                       # [g, w, d]
         attn = torch.softmax(qs @ keys.T * scale, dim=-1)         # over the stretch only: relative weight
-        score = attn.sum(dim=(0, 1))
-        if pool > 1 and score.numel() > 1:
-            score = torch.nn.functional.max_pool1d(score[None, None], pool, stride=1, padding=pool // 2)[0, 0]
-        out.append(score[: keys.shape[0]])
+        out.append(pooled(attn.sum(dim=(0, 1)), pool))
     return out
+
+
+def pooled(score: torch.Tensor, pool: int) -> torch.Tensor:
+    """Max-pool scores over ``pool`` neighbouring entries, so a multi-token span scores as its best token."""
+    if pool == 1 or score.numel() < 2:
+        return score
+    return torch.nn.functional.max_pool1d(score[None, None], pool, stride=1, padding=pool // 2)[0, 0][: score.numel()]

@@ -49,15 +49,22 @@ def test_summary_has_intervals_over_transcripts_and_checks_the_goal():
         for turn in ("early", "middle", "late"):
             base = {"transcript": t, "turn": turn, "value": "1", "answer": "1", "full_recall": True}
             rows.append({**base, "method": "full", "budget": 1, "mode": "unknown", "bytes": 800, "recall": True,
-                         "agreement": 1.0, "seconds": 0.5})
-            rows.append({**base, "method": "head_entropy", "budget": 4, "mode": "unknown", "bytes": 200,
-                         "recall": turn != "early", "agreement": 0.9, "seconds": 0.4})
+                         "agreement": 1.0, "seconds": 0.5, "trim_seconds": 0.0})
+            rows.append({**base, "method": "reconstruction", "budget": 4, "mode": "unknown", "bytes": 200,
+                         "recall": turn != "early", "agreement": 0.9, "seconds": 0.4, "trim_seconds": 0.1})
+            rows.append({**base, "method": "snapkv", "budget": 4, "mode": "unknown", "bytes": 200,
+                         "recall": turn == "late", "agreement": 0.9, "seconds": 0.4, "trim_seconds": 0.1})
+            rows.append({**base, "method": "streaming_llm", "budget": 4, "mode": "unknown", "bytes": 200,
+                         "recall": turn != "early", "agreement": 0.95, "seconds": 0.4, "trim_seconds": 0.1})
     report = kv.summarize(rows)
-    ours = next(m for m in report["methods"] if m["method"] == "head_entropy")
+    ours = next(m for m in report["methods"] if m["method"] == "reconstruction")
     assert ours["bytes_ratio"]["value"] == pytest.approx(4.0) and ours["recall"]["value"] == pytest.approx(2 / 3)
     assert ours["recall_by_turn"] == {"early": 0.0, "middle": 1.0, "late": 1.0}
-    assert report["goal"] == {"checked": True, "unknown": {"recall": False, "agreement": True}}
-    assert "head_entropy" in kv.table(report) and report["unreachable"] == []
+    assert report["goal"] == {"checked": True, "method": "reconstruction", "budget": 4, "unknown": {
+        "recall": False, "agreement": True, "beats": {"snapkv": True, "streaming_llm": False}}}
+    table = kv.table(report)
+    assert "goal (reconstruction, 4x, unknown): recall NOT met, agreement met, beats snapkv yes, beats " \
+           "streaming_llm no" in table and report["unreachable"] == []
     rows.append({"transcript": "t0", "method": "head_entropy_int8", "budget": 8, "mode": "unknown",
                  "unreachable": "8-bit zones hold more"})
     report = kv.summarize(rows)
@@ -68,11 +75,11 @@ def test_summary_has_intervals_over_transcripts_and_checks_the_goal():
 def test_a_reduced_run_on_the_real_model(capsys, tmp_path):
     pytest.importorskip("transformers")
     args = ["bench", "kv", "--transcripts", "1", "--noise-lines", "12", "--budgets", "2", "--policies",
-            "head_entropy", "streaming_llm", "head_entropy_int8", "int8_gravity", "--json", "--out", str(tmp_path)]
+            "head_entropy", "reconstruction", "head_entropy_int8", "int8_gravity", "--json", "--out", str(tmp_path)]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
     methods = {(m["method"], m["budget"], m["mode"]) for m in report["methods"]}
-    trims = ("head_entropy", "streaming_llm", "head_entropy_int8")
+    trims = ("head_entropy", "reconstruction", "head_entropy_int8")
     assert methods == {("full", 1, "unknown"), *((p, 2, mode) for p in trims for mode in ("unknown", "known")),
                        ("int8_gravity", 1, "unknown"), ("int8_gravity", 1, "known")}
     for m in report["methods"]:

@@ -12,6 +12,7 @@ from agent_gravity.trim import (
     Budget,
     HeadEntropyPolicy,
     LayerStretch,
+    ReconstructionPolicy,
     TrimBudgetError,
     TrimPolicy,
     trim_policy_from_spec,
@@ -23,6 +24,7 @@ from tests.trim.conftest import HISTORY, QUESTION, chat_on
 POLICIES = [*(cls() for cls in TRIM_POLICIES.values()),
             *(cls(protect=not cls().protect) for cls in TRIM_POLICIES.values())]
 SINKS, WINDOW = 4, 32
+SHARED_BUDGETS = ("head_entropy", "reconstruction")
 
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p.name}-protect={p.protect}")
@@ -44,8 +46,9 @@ def test_every_policy_frees_memory_keeps_sinks_window_and_exact_values_and_the_s
             assert set(range(SINKS)) <= kept and set(range(end, cache.next_position)) <= kept
             stretch = {p for p in kept if SINKS <= p < end}
             extra = max(0, len(protected & stretch) - budget) if policy.protect else 0
-            # Budgets are per head; head_entropy moves budget between the heads of a layer, never adds to it.
-            assert policy.name == "head_entropy" or len(stretch) <= budget + extra
+            # Budgets are per head; head_entropy and reconstruction move budget between the heads of a layer,
+            # never add to it.
+            assert policy.name in SHARED_BUDGETS or len(stretch) <= budget + extra
             assert not policy.protect or protected & set(range(SINKS, end)) <= kept
             layer_kept, layer_extra = layer_kept + len(stretch), layer_extra + extra
         assert layer_kept <= len(layer) * budget + layer_extra
@@ -80,7 +83,7 @@ def test_bad_trims_get_clear_errors(transformers_backend, session):
         transformers_backend.trim(session, policy, ratio=0.5)
     with pytest.raises(SessionNotFoundError, match="no KV session 'nobody'"):
         transformers_backend.trim("nobody", policy, ratio=2)
-    with pytest.raises(ValueError, match="unknown trim policy 'h2o'; choose one of .'head_entropy', 'snapkv'"):
+    with pytest.raises(ValueError, match="unknown trim policy 'h2o'; choose one of .'head_entropy', 'reconstruction'"):
         trim_policy_from_spec({"name": "h2o"})
     with pytest.raises(ValueError, match="bad parameters"):
         trim_policy_from_spec({"name": "snapkv", "colour": 1})
@@ -100,6 +103,22 @@ def test_head_entropy_moves_budget_from_rigid_to_dynamic_heads_per_head_not_per_
     assert budgets[0] < 16 < budgets[1] and sum(budgets) == 32
     kept = policy.select(stretch, Budget(4))
     assert [len(k) for k in kept] == budgets and kept[0].tolist() == list(range(n - budgets[0], n))
+
+
+def test_reconstruction_shares_the_layer_budget_by_score_keeps_protected_entries_and_needs_its_pass():
+    positions = [torch.arange(8), torch.arange(8)]
+    keys = [torch.zeros(8, 4), torch.zeros(8, 4)]
+    importance = [torch.tensor([.9, .8, .7, .6, .5, .01, .01, .01]),
+                  torch.tensor([.02, .03, .01, .01, .01, .01, .01, .04])]
+    stretch = LayerStretch(0, keys, positions, None, torch.tensor([6]), importance)
+    kept = ReconstructionPolicy().select(stretch, Budget(4))  # 2 + 2 of 16: the layer keeps 4
+    assert [k.tolist() for k in kept] == [[0, 1, 6], [6]]      # position 6 is protected in every head
+    unprotected = ReconstructionPolicy(protect=False).select(stretch, Budget(4))
+    assert [k.tolist() for k in unprotected] == [[0, 1, 2, 3], []]
+    with pytest.raises(TrimBudgetError, match="needs entry scores from a reconstruction pass"):
+        ReconstructionPolicy().select(LayerStretch(0, keys, positions, None, torch.zeros(0)), Budget(4))
+    with pytest.raises(ValueError, match="chunk"):
+        ReconstructionPolicy(chunk=0)
 
 
 def test_exact_values_are_found_across_the_tokens_that_spell_them():
