@@ -151,4 +151,5 @@ def gravity_metadata(result: GenerationResult, budget: int) -> dict[str, Any]:
         "entropy_mean": sum(finite) / len(finite) if finite else None,
         "kv_blocks": dataclasses.asdict(result.kv_blocks) if result.kv_blocks else None,
         "compute": result.compute.as_dict() if result.compute else None,
+        "prefill": result.prefill.as_dict() if result.prefill else None,
     }

@@ -75,11 +75,17 @@ class PrefillReport:
         """Share of (layer, segment, head) cells that ran block-sparse."""
         return self.sparse_heads / self.heads if self.heads else 0.0
 
+    def as_dict(self) -> dict[str, float | int]:
+        """What a call's metadata says: the shares, and how many layers ran adaptively."""
+        return {"attention_share": self.attention_share, "sparse_share": self.sparse_share,
+                "layers": len(self.layers)}
+
 
 @contextlib.contextmanager
-def adaptive_prefill(spec: PrefillSpec) -> Iterator[PrefillReport]:
-    """Within this block, long prefills through the ragged attention run adaptively; yields their report."""
-    report = PrefillReport()
+def adaptive_prefill(spec: PrefillSpec, report: PrefillReport | None = None) -> Iterator[PrefillReport]:
+    """Within this block, long prefills through the ragged attention run adaptively; yields their report
+    (``report`` when given)."""
+    report = report if report is not None else PrefillReport()
     token = _ACTIVE.set((spec, report))
     try:
         yield report

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from agent_gravity._steering import Steering, SteeringSpec
+from agent_gravity.backends._adaptive_prefill import PrefillReport
 from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 
 
@@ -81,6 +82,8 @@ class GenerationResult:
     """Answer probes that failed (a refused key, a server error): each confirmed nothing."""
     compute: ComputeReport | None = None
     """What the zone actions did; None when the request asked for none."""
+    prefill: PrefillReport | None = None
+    """What adaptive prefill did to the prompt; None when it was prefilled densely (short, continued, or off)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import torch
 from agent_gravity._errors import EngineError, EngineTimeoutError, SchemaNotEnforceableError, SessionNotFoundError
 from agent_gravity._probe import line_confidence
 from agent_gravity._steering import Steering
-from agent_gravity.backends._adaptive_prefill import PrefillSpec, adaptive_prefill
+from agent_gravity.backends._adaptive_prefill import PrefillReport, PrefillSpec, adaptive_prefill
 from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_layers, middle_layers, skipping
@@ -155,11 +155,12 @@ class TransformersBackend(HFTokenizerMethods):
         """Feed ``ids`` after what ``cache`` holds; return the last position's logits ``[vocab]``."""
         return self.forward_rows(ids, cache)[-1]
 
-    def forward_rows(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...] = ()) -> torch.Tensor:
+    def forward_rows(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...] = (),
+                     prefill: PrefillReport | None = None) -> torch.Tensor:
         """Feed ``ids`` after what ``cache`` holds (without the decoder layers in ``skip``); return every fed
-        position's logits ``[len(ids), vocab]``."""
+        position's logits ``[len(ids), vocab]``. What adaptive prefill did goes into ``prefill`` when given."""
         start = cache.next_position
-        logits = self._run(ids, cache, skip, every_row=True)
+        logits = self._run(ids, cache, skip, every_row=True, prefill=prefill)
         cache.record_entropy(start, _entropies(logits))
         return logits.float()
 
@@ -168,7 +169,8 @@ class TransformersBackend(HFTokenizerMethods):
         that is cropped off again)."""
         self._run(ids, cache, (), every_row=False)
 
-    def _run(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...], every_row: bool) -> torch.Tensor:
+    def _run(self, ids: Sequence[int], cache: RaggedCache, skip: tuple[int, ...], every_row: bool,
+             prefill: PrefillReport | None = None) -> torch.Tensor:
         q, start = len(ids), cache.next_position
         positions = torch.arange(start, start + q, device=self._device).unsqueeze(0)
         # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
@@ -176,7 +178,7 @@ class TransformersBackend(HFTokenizerMethods):
         # not inference_mode: steering edits logits in place
         spec = self.settings.adaptive_prefill
         with (torch.no_grad(), ragged_cache_active(cache), skipping(self._model, skip),
-              adaptive_prefill(spec) if spec is not None else contextlib.nullcontext()):
+              adaptive_prefill(spec, prefill) if spec is not None else contextlib.nullcontext()):
             out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
                               position_ids=positions, attention_mask=unused_mask, use_cache=True,
                               logits_to_keep=0 if every_row else 1)
@@ -393,6 +395,7 @@ class _Decode:
         self.packer = ZonePacker(compute.kv, self.zone, len(request.prompt_ids)) if compute and compute.kv else None
         self.skip = SkipReport(backend.skip_layers(compute.skip)) if compute and compute.skip else None
         self.top2 = Top2Report() if compute and compute.top2 else None
+        self.prefill = PrefillReport() if backend.settings.adaptive_prefill is not None else None
         self.pending: list[int] = []
         """Drafted tokens fed after the last decided one, not yet checked; ``rows``: the logits after each."""
         self.rows: list[torch.Tensor] = []
@@ -400,7 +403,8 @@ class _Decode:
     def run(self) -> Iterator[StreamItem]:
         response_id = f"chatcmpl-{uuid.uuid4().hex}"
         try:
-            logits = self.backend.forward(self.request.prompt_ids[self.reused:], self.cache)
+            logits = self.backend.forward_rows(self.request.prompt_ids[self.reused:], self.cache,
+                                               prefill=self.prefill)[-1]
         except RuntimeError as exc:
             raise EngineError(f"generation failed in the transformers engine: {exc}") from exc
         text, finish = "", "length"
@@ -426,7 +430,7 @@ class _Decode:
         yield GenerationResult(response_id=response_id, token_ids=list(self.output), text=text, finish_reason=finish,
                                prompt_tokens=len(self.request.prompt_ids), entropy=list(self.entropy),
                                steering=self.steering, logprobs=self.logprobs, session=self._close_session(),
-                               compute=compute)
+                               compute=compute, prefill=self.prefill if self.prefill and self.prefill.layers else None)
 
     def _after(self, token: int) -> torch.Tensor:
         """The logits after ``token``: those of its drafted position when the draft guessed it, else from a

@@ -72,6 +72,9 @@ def response_attributes(
     risk = gravity.get("risk")
     if risk:
         attrs.update({GRAVITY_PREFIX + f"risk.{k}": v for k, v in risk.items() if v is not None})
+    prefill = gravity.get("prefill")
+    if prefill:
+        attrs.update({GRAVITY_PREFIX + f"prefill.{k}": v for k, v in prefill.items()})
     if entropy:
         attrs[GRAVITY_PREFIX + "entropy.mean"] = sum(entropy) / len(entropy)
         attrs[GRAVITY_PREFIX + "entropy.min"] = min(entropy)

@@ -17,7 +17,9 @@ from agent_gravity.backends._adaptive_prefill import (
     adaptive_prefill,
     prefill_attention,
 )
+from agent_gravity import ChatGravity, GravityConfig
 from agent_gravity.backends.local_transformers import TransformersBackend
+from agent_gravity.telemetry._spans import response_attributes
 
 D = 16
 
@@ -116,3 +118,20 @@ def test_the_transformers_backend_prefills_adaptively_and_agrees_with_dense(tran
         dense_backend.forward_rows(prompt, dense_backend.new_cache())
     assert report.layers == list(range(dense_backend.num_layers)) and 0 < report.sparse_share
     assert report.attention_share < 1
+
+
+@pytest.mark.engine
+def test_a_call_says_what_adaptive_prefill_did_in_its_metadata_and_span(transformers_backend):
+    dense_backend = transformers_backend
+    settings = dataclasses.replace(dense_backend.settings, adaptive_prefill=PrefillSpec(min_tokens=256, segment=256))
+    chat = ChatGravity(backend=TransformersBackend(settings, dense_backend.model_name),
+                       gravity=GravityConfig(enabled=False, reasoning=None), max_tokens=1)
+    text = "\n".join(f"[INFO] node {i}: heartbeat ok, latency {i % 37}ms" for i in range(60))
+    reply = chat.invoke(text + "\nWhich node had latency 5ms?")
+    prefill = reply.response_metadata["gravity"]["prefill"]
+    assert prefill["layers"] == dense_backend.num_layers and prefill["attention_share"] > 0  # estimate included
+    usage = {"input_tokens": 1, "output_tokens": 1}
+    attrs = response_attributes("m", "r", "length", usage, reply.response_metadata["gravity"])
+    assert attrs["agent_gravity.prefill.attention_share"] == prefill["attention_share"]
+    short = chat.invoke("Hi")  # under min_tokens: dense, and nothing to say
+    assert short.response_metadata["gravity"]["prefill"] is None
