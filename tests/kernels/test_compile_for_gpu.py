@@ -21,10 +21,17 @@ ATTENTION = {"q_ptr": "*fp16", "k_ptr": "*fp16", "pos_ptr": "*i32", "seg_ptr": "
              "sk_k": I32, "so_h": I32, "so_q": I32, "n_segments": I32, "CAUSAL": "constexpr",
              "BLOCK_QS": "constexpr", "BLOCK_KS": "constexpr", "BLOCK_D": "constexpr"}
 
+BLOCK_SPARSE = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "table_ptr": "*i32", "count_ptr": "*i32",
+                "out_ptr": "*bf16", "lse_ptr": "*fp32", "n": I32, "keys": I32, "dim": I32, "group": I32,
+                "scale": F32, **{s: I32 for s in ("sq_h", "sq_n", "sk_h", "sk_n", "sv_h", "sv_n", "so_h", "so_n",
+                                                  "st_h", "st_b", "sc_h", "sl_h")},
+                "BLOCK": "constexpr", "BLOCK_D": "constexpr"}
+
 
 def compile_all() -> list[str]:
     """Compile every kernel variant; returns one line per cubin."""
     from agent_gravity.kernels import attention_entropy_triton as attention
+    from agent_gravity.kernels import block_sparse_attention_triton as block_sparse
     from agent_gravity.kernels import token_entropy_triton as token
 
     built = []
@@ -38,6 +45,8 @@ def compile_all() -> list[str]:
                           {"CAUSAL": causal, "BLOCK_QS": attention.BLOCK_Q, "BLOCK_KS": attention.BLOCK_K,
                            "BLOCK_D": 64})
         built.append(f"attention causal={causal}: {len(kernel.asm['cubin'])} bytes")
+    kernel = compiled(block_sparse._block_sparse_kernel, BLOCK_SPARSE, {"BLOCK": 64, "BLOCK_D": 128})
+    built.append(f"block sparse attention: {len(kernel.asm['cubin'])} bytes")
     return built
 
 
@@ -51,7 +60,7 @@ def test_every_kernel_compiles_to_a_hopper_cubin():
     done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    assert len(lines) == 5 and all(line.endswith(" bytes") and " 0 bytes" not in line for line in lines)
+    assert len(lines) == 6 and all(line.endswith(" bytes") and " 0 bytes" not in line for line in lines)
 
 
 if __name__ == "__main__":
