@@ -263,6 +263,24 @@ def _bench_prefill(args: argparse.Namespace) -> int:
     return _print_report(args, report, prefill.table, "prefill", "rows")
 
 
+def _bench_prefill_speed(args: argparse.Namespace) -> int:
+    from agent_gravity.bench import prefill_speed
+
+    if min(args.lengths) < 1024 or not 0 <= args.sparse_share <= 1 or args.repeats < 1:
+        raise SystemExit("--lengths must be at least 1024 tokens, --sparse-share within 0..1, --repeats at least 1")
+    device = args.device or ("cuda" if _cuda_available() else "cpu")
+    with contextlib.redirect_stdout(sys.stderr):
+        report = prefill_speed.main(args.lengths, args.layers, args.sparse_share, args.repeats, device,
+                                    Path(args.out), lambda n: print(f"{n} tokens", file=sys.stderr))
+    return _print_report(args, report, prefill_speed.table, "prefill_speed", "none")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _bench_kv(args: argparse.Namespace) -> int:
     from agent_gravity.bench import kv
     from agent_gravity.bench.kv_tasks import generate_transcripts
@@ -577,6 +595,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="lengths at which dense and adaptive prefill are timed against each other")
     _report_arguments(pre, "prefill")
     pre.set_defaults(run=_bench_prefill)
+    spd = benches.add_parser("prefill-speed", help="the prepared GPU run: adaptive prefill against dense attention "
+                                                   "on a random-weight Llama 3.2 1B up to 128K tokens, speed only")
+    spd.add_argument("--lengths", type=int, nargs="+", default=[16384, 32768, 65536, 131072],
+                     help="context lengths (tokens)")
+    spd.add_argument("--layers", type=int, default=16, help="decoder layers of the architecture's 16 (default 16)")
+    spd.add_argument("--sparse-share", type=float, default=0.75,
+                     help="share of each layer's heads the fixed-split arm makes sparse (default 0.75)")
+    spd.add_argument("--repeats", type=int, default=2, help="timed runs per arm after a warm-up (best kept)")
+    spd.add_argument("--device", help="torch device (default: cuda when there is one, else cpu)")
+    spd.add_argument("--json", action="store_true", help="print the report as JSON instead of a table")
+    spd.add_argument("--out", default="artifacts/bench", help="folder for prefill_speed.json and prefill_speed.png")
+    spd.set_defaults(run=_bench_prefill_speed)
     grp = benches.add_parser("groups", help="compute groups inside gravity zones (lossless drafting, KV in 8 or 4 "
                                             "bits, skipped layers, top-2) against the full group, on the "
                                             "transformers backend")

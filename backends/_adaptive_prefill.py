@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from agent_gravity.kernels import block_sparse_attention, resolve_impl
+
 _ACTIVE: contextvars.ContextVar[tuple[PrefillSpec, PrefillReport] | None] = contextvars.ContextVar(
     "agent_gravity_adaptive_prefill", default=None)
 
@@ -41,6 +43,11 @@ class PrefillSpec:
     """Keys before a segment's first query that every sparse head keeps (the local window)."""
     max_share: float = 0.5
     fixed: FixedPattern | None = None
+
+    def __post_init__(self) -> None:
+        if min(self.min_tokens, self.segment, self.block, self.samples) < 1 or self.segment % self.block:
+            raise ValueError(f"adaptive prefill needs positive sizes and a segment ({self.segment}) that is a "
+                             f"whole number of blocks ({self.block})")
 
 
 @dataclass(frozen=True)
@@ -106,10 +113,10 @@ def _segments(n: int, size: int) -> list[tuple[int, int]]:
 @dataclass
 class _Estimate:
     """The sampled queries of every segment: per head and segment, normalised entropy ``[H, S]`` and attention
-    mass per key block (a list over segments of ``[H, blocks seen]``)."""
+    mass per key block ``[H, S, key blocks]`` (zero past the blocks a segment sees)."""
 
     entropy: torch.Tensor
-    mass: list[torch.Tensor]
+    mass: torch.Tensor
     cells: int
 
 
@@ -117,46 +124,48 @@ def _estimate(q: torch.Tensor, k: torch.Tensor, segments: list[tuple[int, int]],
               scale: float) -> _Estimate:
     """Each segment's last ``samples`` queries attend exactly over the keys they see."""
     heads = q.shape[0]
-    entropy = torch.zeros(heads, len(segments))
-    mass: list[torch.Tensor] = []
+    entropy = torch.zeros(heads, len(segments), device=q.device)
+    mass = torch.zeros(heads, len(segments), math.ceil(k.shape[1] / spec.block), device=q.device)
     cells = 0
     for s, (a, b) in enumerate(segments):
         m, seen = min(spec.samples, b - a), offset + b
         logp = torch.einsum("hmd,hkd->hmk", q[:, b - m:b].float(), k[:, :seen].float()).mul_(scale)
-        logp[..., seen - m:].masked_fill_(torch.ones(m, m, dtype=torch.bool).triu(1), -math.inf)
+        logp[..., seen - m:].masked_fill_(torch.ones(m, m, dtype=torch.bool, device=q.device).triu(1), -math.inf)
         logp.sub_(torch.logsumexp(logp, -1, keepdim=True))
         probs = torch.exp(logp)
         logp.nan_to_num_(neginf=0.0)
-        seen_by = torch.arange(seen - m + 1, seen + 1, dtype=torch.float32)  # keys each sampled query sees
+        seen_by = torch.arange(seen - m + 1, seen + 1, dtype=torch.float32, device=q.device)  # keys each query sees
         entropy[:, s] = (-(probs * logp).sum(-1) / torch.log(seen_by + 1)).mean(-1)
         blocks = math.ceil(seen / spec.block)
-        mass.append(torch.nn.functional.pad(probs.mean(1), (0, blocks * spec.block - seen)).view(
-            heads, blocks, spec.block).sum(-1))
+        mass[:, s, :blocks] = torch.nn.functional.pad(probs.mean(1), (0, blocks * spec.block - seen)).view(
+            heads, blocks, spec.block).sum(-1)
         cells += heads * m * seen
     return _Estimate(entropy, mass, cells)
 
 
-def _choose(mass: torch.Tensor, a: int, offset: int, spec: PrefillSpec) -> torch.Tensor:
-    """One head's key blocks for queries from ``offset + a`` on: the sinks, the local window and the segment
-    itself, then the heaviest blocks until ``coverage`` of the mass is held. Sorted block ids."""
-    first_local = max(0, (offset + a - spec.window) // spec.block)
-    keep = torch.zeros_like(mass, dtype=torch.bool)
-    keep[0] = True
-    keep[first_local:] = True
-    held = float(mass[keep].sum())
-    if held < spec.coverage:
-        rest = torch.where(keep, torch.zeros_like(mass), mass)
-        order = torch.argsort(rest, descending=True)
-        need = int(torch.searchsorted(torch.cumsum(rest[order], 0), spec.coverage - held)) + 1
-        keep[order[:need]] = True
-    return torch.nonzero(keep).squeeze(1)
+def _base_blocks(segments: list[tuple[int, int]], offset: int, spec: PrefillSpec, blocks: int, sinks: int,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per segment, the key blocks every sparse head keeps (the ``sinks`` first blocks, and the local window
+    through the segment itself) ``[S, blocks]``, and the key blocks its queries see ``[S]``."""
+    ids = torch.arange(blocks, device=device)
+    seen = torch.tensor([math.ceil((offset + b) / spec.block) for _, b in segments], device=device)
+    local = torch.tensor([max(0, (offset + a - spec.window) // spec.block) for a, _ in segments], device=device)
+    base = ((ids < sinks) | (ids >= local[:, None])) & (ids < seen[:, None])
+    return base, seen
 
 
-def _fixed_blocks(blocks: int, a: int, offset: int, spec: PrefillSpec) -> torch.Tensor:
-    assert spec.fixed is not None
-    first_local = max(0, (offset + a - spec.window) // spec.block)
-    ids = {*range(min(spec.fixed.sink_blocks, blocks)), *range(first_local, blocks)}
-    return torch.tensor(sorted(ids))
+def _chosen(mass: torch.Tensor, base: torch.Tensor, seen: torch.Tensor, coverage: float) -> torch.Tensor:
+    """Per head and segment, the base blocks and then the heaviest others until ``coverage`` of the sampled mass
+    is held ``[H, S, blocks]``."""
+    held = (mass * base).sum(-1)
+    rest = mass.masked_fill(base, 0.0)
+    order = torch.argsort(rest, dim=-1, descending=True)
+    total = rest.gather(-1, order).cumsum(-1)
+    need = torch.searchsorted(total, (coverage - held).unsqueeze(-1)).squeeze(-1) + 1
+    need = torch.where(held < coverage, need, 0)
+    take = torch.arange(mass.shape[-1], device=mass.device) < need.unsqueeze(-1)
+    chosen = torch.zeros_like(base.expand_as(mass)).scatter(-1, order, take)
+    return (base | chosen) & (torch.arange(mass.shape[-1], device=mass.device) < seen[:, None])
 
 
 def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -192,27 +201,24 @@ def _prefix_ids(chosen: torch.Tensor, block: int, end: int) -> torch.Tensor:
 
 
 def _plan(q: torch.Tensor, k: torch.Tensor, segments: list[tuple[int, int]], offset: int, layer: int,
-          spec: PrefillSpec, scale: float, report: PrefillReport) -> list[dict[int, torch.Tensor]]:
-    """Per segment, the key blocks of each head that runs sparse there (the others run dense)."""
-    heads = q.shape[0]
+          spec: PrefillSpec, scale: float, report: PrefillReport) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which heads run sparse in which segment ``[H, S]``, and the key blocks each keeps there ``[H, S, blocks]``
+    (the rest run dense)."""
+    heads, blocks = q.shape[0], math.ceil(k.shape[1] / spec.block)
+    after_start = torch.tensor([offset + a > 0 for a, _ in segments], device=q.device)
     if spec.fixed is not None:
-        dense = spec.fixed.dense_heads.get(layer, ())
-        return [{h: _fixed_blocks(math.ceil((offset + b) / spec.block), a, offset, spec)
-                 for h in range(heads) if h not in dense} if offset + a else {} for a, b in segments]
+        base, _ = _base_blocks(segments, offset, spec, blocks, spec.fixed.sink_blocks, q.device)
+        dense = torch.zeros(heads, 1, dtype=torch.bool, device=q.device)
+        dense[list(spec.fixed.dense_heads.get(layer, ()))] = True
+        return ~dense & after_start, base.expand(heads, -1, -1)
     estimate = _estimate(q, k, segments, offset, spec, scale)
     report.estimate_cells += estimate.cells
     report.head_entropy[layer] = estimate.entropy[:, 1:].mean(1).tolist() if len(segments) > 1 else []
-    plans: list[dict[int, torch.Tensor]] = []
-    for s, (a, b) in enumerate(segments):
-        plan: dict[int, torch.Tensor] = {}
-        blocks = math.ceil((offset + b) / spec.block)
-        for h in range(heads) if offset + a else ():
-            if estimate.entropy[h, s] <= spec.dynamic_above:
-                picked = _choose(estimate.mass[s][h], a, offset, spec)
-                if len(picked) <= spec.max_share * blocks:
-                    plan[h] = picked
-        plans.append(plan)
-    return plans
+    base, seen = _base_blocks(segments, offset, spec, blocks, 1, q.device)
+    keep = _chosen(estimate.mass, base, seen, spec.coverage)
+    sparse = ((estimate.entropy <= spec.dynamic_above) & (keep.sum(-1) <= spec.max_share * seen)
+              & after_start)
+    return sparse, keep
 
 
 def prefill_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float, layer: int,
@@ -229,13 +235,18 @@ def prefill_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     q, k, v = query[0], key[0], value[0]
     heads, n, _ = q.shape
     groups = heads // k.shape[0]
-    k, v = k.repeat_interleave(groups, 0), v.repeat_interleave(groups, 0)
     offset = k.shape[1] - n
     segments = _segments(n, spec.segment)
-    plans = _plan(q, k, segments, offset, layer, spec, scale, report)
     report.layers.append(layer)
     report.dense_cells += heads * (n * offset + n * (n + 1) // 2)
     report.heads += heads * len(segments)
+    grouped = k, v
+    k, v = k.repeat_interleave(groups, 0), v.repeat_interleave(groups, 0)
+    sparse, keep = _plan(q, k, segments, offset, layer, spec, scale, report)
+    if resolve_impl("auto", q.device) == "triton":
+        return _by_table(q, *grouped, sparse, keep, offset, spec, scale, report).unsqueeze(0)
+    plans = [{h: torch.nonzero(keep[h, s]).squeeze(1) for h in torch.nonzero(sparse[:, s]).flatten().tolist()}
+             for s in range(len(segments))]
     out = torch.empty_like(q)
     mixed = sorted({h for plan in plans for h in plan})
     whole = [h for h in range(heads) if h not in mixed]
@@ -273,3 +284,46 @@ def prefill_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
             report.cells += len(members) * m * width
         out[index, a:b] = _merge(own, (before_out, before_lse))[0]
     return out.unsqueeze(0)
+
+
+def _block_table(sparse: torch.Tensor, keep: torch.Tensor, n: int, offset: int,
+                 spec: PrefillSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per head and query block, the key blocks it attends to (its kept blocks in a segment where it runs sparse,
+    every block up to its diagonal where dense): ``[H, query blocks, width]`` ids first, and their counts."""
+    heads, _, blocks = keep.shape
+    rows = torch.arange(math.ceil(n / spec.block), device=keep.device)
+    segment = rows * spec.block // spec.segment
+    last = (offset + torch.clamp((rows + 1) * spec.block, max=n) - 1) // spec.block
+    ids = torch.arange(blocks, device=keep.device)
+    listed = torch.where(sparse[:, segment, None], keep[:, segment], True) & (ids <= last[:, None])
+    counts = listed.sum(-1)
+    width = int(counts.max())
+    table = torch.empty(heads, len(rows), width, dtype=torch.int32, device=keep.device)
+    for h in range(heads):  # one head at a time: the slot index is [query blocks, key blocks] int64
+        slot = torch.where(listed[h], listed[h].cumsum(-1) - 1, width)
+        row = torch.zeros(len(rows), width + 1, dtype=torch.long, device=keep.device)
+        table[h] = row.scatter_(-1, slot, ids.expand(len(rows), -1))[:, :width]
+    return table, counts
+
+
+def _by_table(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sparse: torch.Tensor, keep: torch.Tensor,
+              offset: int, spec: PrefillSpec, scale: float, report: PrefillReport) -> torch.Tensor:
+    """The GPU path: heads dense in every segment of a fresh prompt run as one fused causal pass (torch's flash
+    attention); the rest run in one block-sparse kernel over their table of key blocks."""
+    heads, n, _ = q.shape
+    groups = heads // k.shape[0]
+    out = torch.empty_like(q)
+    whole = ~sparse.any(1) if offset == 0 else torch.zeros(heads, dtype=torch.bool, device=q.device)
+    if whole.any():
+        index = torch.nonzero(whole).flatten()
+        out[index] = torch.nn.functional.scaled_dot_product_attention(
+            q[index], k[index // groups], v[index // groups], is_causal=True, scale=scale)
+        report.cells += len(index) * n * (n + 1) // 2
+    mixed = torch.nonzero(~whole).flatten()
+    if len(mixed):
+        table, counts = _block_table(sparse[mixed], keep[mixed], n, offset, spec)
+        out[mixed] = block_sparse_attention(q[mixed], k[mixed // groups], v[mixed // groups], table, counts,
+                                            spec.block, scale)[0]
+        report.cells += int(counts.sum()) * spec.block * spec.block
+        report.sparse_heads += int(sparse[mixed].sum())
+    return out

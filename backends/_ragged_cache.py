@@ -279,6 +279,13 @@ def _mask(lengths: list[int], width: int, q: int, device: torch.device) -> torch
     return mask
 
 
+def unused_mask(device: torch.device | str) -> torch.Tensor:
+    """What a model is handed as its attention mask under the ragged attention, which masks per head from the
+    cache: a ready 4D mask makes transformers skip building its own, and one element is enough (a full
+    ``[q, keys]`` mask would cost O(n^2) memory on long prompts)."""
+    return torch.zeros(1, 1, 1, 1, device=device)
+
+
 class active:
     """Context in which the ragged attention function reads masks from ``cache``."""
 

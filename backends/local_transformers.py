@@ -31,6 +31,7 @@ from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_lay
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
 from agent_gravity.backends._ragged_cache import RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
+from agent_gravity.backends._ragged_cache import unused_mask
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
 from agent_gravity.backends._reconstruction import reconstruction_scores
 from agent_gravity.backends._sessions import KVSession, SessionStore
@@ -173,14 +174,12 @@ class TransformersBackend(HFTokenizerMethods):
              prefill: PrefillReport | None = None) -> torch.Tensor:
         q, start = len(ids), cache.next_position
         positions = torch.arange(start, start + q, device=self._device).unsqueeze(0)
-        # A ready 4D mask makes transformers skip building its own: the ragged attention masks per head.
-        unused_mask = torch.zeros(1, 1, q, start + q, device=self._device)
         # not inference_mode: steering edits logits in place
         spec = self.settings.adaptive_prefill
         with (torch.no_grad(), ragged_cache_active(cache), skipping(self._model, skip),
               adaptive_prefill(spec, prefill) if spec is not None else contextlib.nullcontext()):
             out = self._model(torch.tensor([list(ids)], device=self._device), past_key_values=cache,
-                              position_ids=positions, attention_mask=unused_mask, use_cache=True,
+                              position_ids=positions, attention_mask=unused_mask(self._device), use_cache=True,
                               logits_to_keep=0 if every_row else 1)
         cache.advance(q)
         return out.logits[0]

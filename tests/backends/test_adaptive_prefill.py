@@ -135,3 +135,22 @@ def test_a_call_says_what_adaptive_prefill_did_in_its_metadata_and_span(transfor
     assert attrs["agent_gravity.prefill.attention_share"] == prefill["attention_share"]
     short = chat.invoke("Hi")  # under min_tokens: dense, and nothing to say
     assert short.response_metadata["gravity"]["prefill"] is None
+
+
+@pytest.mark.parametrize("spec", [
+    PrefillSpec(segment=64, block=16, window=32, dynamic_above=0.5),
+    PrefillSpec(segment=64, block=16, window=32, fixed=FixedPattern({0: (1,)}, sink_blocks=1)),
+    PrefillSpec(segment=64, block=16, dynamic_above=-1.0)], ids=["adaptive", "fixed", "dense"])
+def test_the_gpu_path_one_block_sparse_kernel_over_a_table_attends_as_the_cpu_path(monkeypatch, spec):
+    q, k, v = _qkv(256, heads=4, kv=2, seed=3)
+    q, k = q * 0.05, k * 0.05
+    k[0, 0, 40], q[0, 0, 128:] = 20.0, 1.0  # heads 0 and 1 (one KV group) point at a far block late on
+    on_cpu, in_table = PrefillReport(), PrefillReport()
+    want = prefill_attention(q, k, v, D ** -0.5, 0, spec, on_cpu)
+    monkeypatch.setenv("AGENT_GRAVITY_KERNELS", "triton")  # the Triton kernel, in interpreter mode here
+    got = prefill_attention(q, k, v, D ** -0.5, 0, spec, in_table)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert in_table.sparse_heads == on_cpu.sparse_heads and in_table.dense_cells == on_cpu.dense_cells
+    assert (in_table.sparse_heads > 0) == (spec.dynamic_above >= 0)
+    with pytest.raises(ValueError, match="whole number of blocks"):
+        PrefillSpec(segment=100, block=16)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU machine (the `device` tool): the kernel tests on CUDA (compiled
-# Triton, not the interpreter), then `agent-gravity bench kernels` in bf16 and fp32.
-# It needs python3 with torch, triton, pytest and matplotlib, which the device image has; it runs
-# from the source tree without installing anything. About 3 minutes on an H200.
+# Triton, not the interpreter), `agent-gravity bench kernels` in bf16 and fp32, then
+# `agent-gravity bench prefill-speed` (adaptive prefill against dense attention up to 128K tokens, speed only).
+# It needs python3 with torch, triton, transformers, pytest and matplotlib, which the device image has; it runs
+# from the source tree without installing anything. Give it timeout_s=540.
 #   device run: bash tests/gpu/run_on_device.sh     (results land in $OUT, else artifacts/device)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,3 +19,4 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee
 python3 -m pytest --noconftest -q -p no:cacheprovider tests/kernels 2>&1 | tee "$out/tests.log"
 python3 -m agent_gravity._cli bench kernels --device cuda --dtype bfloat16 --out "$out" | tee "$out/bench_bf16.txt"
 python3 -m agent_gravity._cli bench kernels --device cuda --dtype float32 --out "$out/fp32" | tee "$out/bench_fp32.txt"
+python3 -m agent_gravity._cli bench prefill-speed --device cuda --out "$out" | tee "$out/prefill_speed.txt"
