@@ -45,7 +45,10 @@ class PrefillSpec:
     fixed: FixedPattern | None = None
 
     def __post_init__(self) -> None:
-        if min(self.min_tokens, self.segment, self.block, self.samples) < 1 or self.segment % self.block:
+        if self.block < 16 or self.block & (self.block - 1):
+            raise ValueError(f"adaptive prefill's block must be a power of two of at least 16 (the block-sparse "
+                             f"kernel's tile), got {self.block}")
+        if min(self.min_tokens, self.segment, self.samples) < 1 or self.segment % self.block:
             raise ValueError(f"adaptive prefill needs positive sizes and a segment ({self.segment}) that is a "
                              f"whole number of blocks ({self.block})")
 

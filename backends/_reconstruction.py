@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -26,11 +26,13 @@ _SCORES: contextvars.ContextVar[EntryScores | None] = contextvars.ContextVar("ag
 
 @dataclass
 class EntryScores:
-    """Per layer and KV head, the largest attention each entry held at the start received."""
+    """Per layer and KV head, the largest attention each entry held at the start received (on the CPU)."""
 
     held: list[list[int]]
     """Entries per layer and KV head when scoring began; later entries (the fed tokens) are not scored."""
     best: list[list[torch.Tensor]]
+    scales: dict[int, float] = field(default_factory=dict)
+    """Per layer, the attention scale its module used (read from the reconstruction's calls)."""
 
     @classmethod
     def empty(cls, cache: RaggedCache) -> EntryScores:
@@ -40,35 +42,40 @@ class EntryScores:
     def observe(self, layer: int, query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
                 scale: float) -> None:
         """Fold one attention call in: ``query`` ``[1, q_heads, q, d]``, ``key`` ``[1, kv_heads, width + q, d]``
-        (each head's held entries first, padding hidden by ``mask``; None: level heads, causal new part)."""
+        (each head's held entries first, padding hidden by ``mask``; None: level heads, causal new part). One KV
+        head at a time, so memory stays ``[group, q, width + q]``."""
+        self.scales[layer] = scale
         kv_heads, q = key.shape[1], query.shape[2]
-        groups = query.shape[1] // kv_heads
-        grouped = query[0].float().reshape(kv_heads, groups, q, -1)
-        logits = torch.einsum("hgqd,hkd->hgqk", grouped, key[0].float()).mul_(scale)
-        if mask is not None:
-            logits += mask[0, :, None]
-        else:
-            width = key.shape[2] - q
-            logits[..., width:] += torch.full((q, q), float("-inf")).triu(1)
-        # the largest softmax weight is exp(max(logit - logsumexp)): no normalised matrix is written
-        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-        held = max(self.held[layer])
-        attention = logits[..., :held].sub_(lse).amax(dim=(1, 2)).exp_().cpu()   # [kv_heads, held]
+        groups, width = query.shape[1] // kv_heads, key.shape[2] - q
+        causal = torch.full((q, q), float("-inf"), device=query.device).triu(1)
         for h, n in enumerate(self.held[layer]):
-            self.best[layer][h] = torch.maximum(self.best[layer][h], attention[h, :n])
+            logits = query[0, h * groups:(h + 1) * groups].float() @ key[0, h].float().T * scale  # [g, q, keys]
+            if mask is not None:
+                logits += mask[0, h]
+            else:
+                logits[..., width:] += causal
+            # the largest softmax weight is exp(max(logit - logsumexp)): no normalised matrix is written
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+            weights = logits[..., :n].sub_(lse).amax(dim=(0, 1)).exp_().cpu()
+            self.best[layer][h] = torch.maximum(self.best[layer][h], weights)
 
-
-    def observe_recent(self, cache: RaggedCache) -> None:
-        """Fold in the attention the cache's remembered recent queries (the latest tokens read or written: a
-        turn's own output when the model answered last) give every held entry."""
-        for layer, (queries, heads) in enumerate(zip(cache.queries, cache.heads)):
-            if queries is None:
+    def observe_recent(self, queries: Sequence[torch.Tensor | None], cache: RaggedCache) -> None:
+        """Fold in the attention the recent queries (``[q_heads, w, d]`` per layer: the last ``w`` tokens read or
+        written, a turn's own output when the model answered last) gave every held entry, each query over the
+        keys before it."""
+        for layer, (recent, heads) in enumerate(zip(queries, cache.heads)):
+            if recent is None:
                 continue
-            groups = queries.shape[0] // len(heads)
+            groups, w = recent.shape[0] // len(heads), recent.shape[1]
+            at = torch.arange(cache.next_position - w, cache.next_position, device=recent.device)
+            scale = self.scales.get(layer, recent.shape[-1] ** -0.5)
             for h, head in enumerate(heads):
-                keys = head.layout()[0][: self.held[layer][h]].float()
-                group = queries[h * groups:(h + 1) * groups].float()
-                weights = torch.softmax(group @ keys.T * group.shape[-1] ** -0.5, dim=-1).amax(dim=(0, 1))
+                n = self.held[layer][h]
+                keys = head.layout()[0][:n].float()
+                positions = torch.cat([head.packed_positions(), head.positions])[:n]
+                logits = recent[h * groups:(h + 1) * groups].float() @ keys.T * scale
+                logits.masked_fill_(positions[None, None, :] > at[None, :, None], float("-inf"))
+                weights = torch.softmax(logits, dim=-1).nan_to_num_(0.0).amax(dim=(0, 1))
                 self.best[layer][h] = torch.maximum(self.best[layer][h], weights.cpu())
 
 
@@ -94,8 +101,6 @@ def reconstruction_scores(cache: RaggedCache, context: Sequence[int], instructio
     were afterwards."""
     start, queries = cache.next_position, list(cache.queries)
     scores = EntryScores.empty(cache)
-    if recent:
-        scores.observe_recent(cache)
     try:
         with _collecting(scores):
             for i in range(0, len(context), chunk):
@@ -104,4 +109,6 @@ def reconstruction_scores(cache: RaggedCache, context: Sequence[int], instructio
     finally:
         cache.crop(start - cache.next_position)
         cache.queries = queries
+    if recent:
+        scores.observe_recent(queries, cache)
     return scores

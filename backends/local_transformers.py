@@ -260,7 +260,7 @@ class TransformersBackend(HFTokenizerMethods):
         scores = reconstruction_scores(cache, session.ids[start:end], self.encode(spec.instruction), spec.chunk,
                                        self.read, spec.recent)
         # a head's layout puts its 8-bit entries first; the stretch is full-precision entries only
-        return [[s[len(h) - h.keys.shape[0]:] for s, h in zip(layer, heads)]
+        return [[s[len(h) - h.keys.shape[0]:].to(h.positions.device) for s, h in zip(layer, heads)]
                 for layer, heads in zip(scores.best, cache.heads)]
 
     @staticmethod

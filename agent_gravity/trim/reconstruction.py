@@ -45,7 +45,7 @@ class ReconstructionPolicy:
         if self.protect and stretch.protected.numel():
             scores = [torch.where(torch.isin(p, stretch.protected), math.inf, s)
                       for s, p in zip(scores, stretch.positions)]
-        total = sum(budget.per_head(p.numel()) for p in stretch.positions)
+        total = sum(budget.per_head(p.numel()) for p in stretch.positions if p.numel())
         total = max(total, sum(int(torch.isinf(s).sum()) for s in scores))
         flat = torch.cat(scores)
         chosen = torch.zeros(flat.numel(), dtype=torch.bool)

@@ -154,3 +154,5 @@ def test_the_gpu_path_one_block_sparse_kernel_over_a_table_attends_as_the_cpu_pa
     assert (in_table.sparse_heads > 0) == (spec.dynamic_above >= 0)
     with pytest.raises(ValueError, match="whole number of blocks"):
         PrefillSpec(segment=100, block=16)
+    with pytest.raises(ValueError, match="power of two of at least 16"):
+        PrefillSpec(segment=96, block=48)
