@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from agent_gravity._limits import MAX_CHUNK, MAX_POOL, bounded
+from agent_gravity._limits import MAX_POOL, bounded
 from agent_gravity.trim.base import Budget, LayerStretch, Reconstruction, TrimBudgetError, pooled
 
 
@@ -30,8 +30,8 @@ class ReconstructionPolicy:
     last) scores entries too, beside the reconstruction."""
 
     def __post_init__(self) -> None:
-        bounded("chunk", self.chunk, 1, MAX_CHUNK)
         bounded("pool", self.pool, 1, MAX_POOL)
+        self.reconstruction  # noqa: B018 - Reconstruction checks the chunk, once for both
 
     @property
     def reconstruction(self) -> Reconstruction:
