@@ -59,9 +59,9 @@ class Candidate:
 
 GRID: tuple[Candidate, ...] = (
     Candidate("strict", 0.5, {"agree": 3, "min_confidence": 0.9, "lenient_after": None}),
-    Candidate("careful", 0.75, {"min_confidence": 0.9, "lenient_after": 128, "max_probes": 16}),
+    Candidate("careful", 0.75, {"min_confidence": 0.9, "lenient_after": 96, "max_probes": 24}),
     Candidate(DEFAULT_CANDIDATE),
-    Candidate("loose", 1.5, {"min_confidence": 0.6, "lenient_after": 64}),
+    Candidate("loose", 1.5, {"min_confidence": 0.6, "lenient_after": 48}),
     Candidate("eager", 2.0, {"min_confidence": None, "interval": 16}),
 )
 """Most conservative first: Learn-then-Test walks this order and stops at the first uncertified candidate."""

@@ -69,18 +69,19 @@ class ProbeConfig(BaseModel):
     """Tokens each probe may write; it stops at the end of the answer's first line."""
     gap: int = Field(8, ge=1, le=PROBE_LIMITS["gap"])
     """Reasoning tokens between two probes."""
-    max_probes: int = Field(12, ge=1, le=PROBE_LIMITS["max_probes"])
-    """Probes per call: enough that, in a ramble, probing goes on until ``lenient_after``."""
+    max_probes: int = Field(20, ge=1, le=PROBE_LIMITS["max_probes"])
+    """Probes per call: enough that, in a ramble, unsure probes before ``lenient_after`` leave some for after it
+    (with 12, rambles that ran into the cap had often spent them all by then)."""
     interval: int | None = Field(32, ge=1, le=PROBE_LIMITS["interval"])
     """Also probe every ``interval`` tokens whatever the policy says (Dynasor-CoT's schedule); None: locks only."""
     min_confidence: float | None = Field(0.8, gt=0.0, le=1.0)
     """A probe answer confirms only if each of its tokens had at least this probability (a least-token variant of
     DEER's trial-answer confidence); None: any settled answer confirms. Unsure probes agreeing on a half-computed
     value were what lost answers on questions worded unlike the tuning set."""
-    lenient_after: int | None = Field(96, ge=1, le=PROBE_LIMITS["lenient_after"])
-    """Probes from this reasoning step on skip the confidence test: a reasoning that long is a ramble whose
-    answer a full run leaves to chance (the embedded model closed every reasoning it finished by itself on the
-    calibration families before step 90); None: never."""
+    lenient_after: int | None = Field(64, ge=1, le=PROBE_LIMITS["lenient_after"])
+    """Probes from this reasoning step on skip the confidence test: a reasoning that long is most likely a ramble
+    whose answer a full run leaves to chance (on the calibration families the embedded model closed 118 of the 122
+    reasonings it finished by itself before step 64, and two lenient probes must still agree); None: never."""
 
     def spec(self) -> ProbeSpec:
         """The engine-side form."""

@@ -166,6 +166,10 @@ def paraphrase_check(answers: Answers, method: str, seed: int = 0, resamples: in
             "lost_items": sum(1 - v for v in kept.values())}
 
 
+def _percent(figure: dict[str, Any]) -> str:
+    return "-" if figure["value"] != figure["value"] else f"{100 * figure['value']:.1f}%"
+
+
 def table(report: dict[str, Any]) -> str:
     """One row per held-out family (the calibrated choice), then the worst, the mean and the verdict."""
     split = report["split"]
@@ -178,6 +182,11 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"{r['family']:<15} {r['chosen']:<10} {interval(h['kept_settled'], 100):>22} "
                      f"{interval(h['capped_accuracy_change'], 100):>22} {interval(h['accuracy_change'], 100):>20} "
                      f"{interval(h['reasoning_saved'], 100):>22} {100 * h['answer_loss']['value']:>7.1f} {bound:>8}")
+    lines.append("reasoning saved where the full run settled / in rambles it ran into the cap (those rambles' share "
+                 "of its reasoning):")
+    lines.extend(f"  {r['family']:<15} {_percent(r['held_out']['reasoning_saved_settled'])} / "
+                 f"{_percent(r['held_out']['reasoning_saved_capped'])} "
+                 f"({100 * r['held_out']['capped_reasoning_share']:.0f}%)" for r in split["families"])
     w, m = split["worst"], split["mean"]
     worst = ", ".join(f"{label} {100 * w[k]['value']:.1f}% ({w[k]['family']})" for k, label in
                       (("kept_settled", "kept"), ("reasoning_saved", "saved"), ("answer_loss", "loss")) if w[k])

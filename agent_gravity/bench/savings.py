@@ -202,6 +202,13 @@ def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[
         "capped_kept_vs_reference": _stats.wilson(
             sum(agrees(tasks[i], references[tasks[i].id].answer, results[i].answer) for i in judged), len(judged)),
         "answer_loss": _stats.wilson(sum(lost), len(lost)),
+        # where the saving comes from: settled reasoning cut short, or rambles that would have run into the cap
+        "reasoning_saved_settled": _stats.saving_ci([full[i].reasoning_tokens for i in settled],
+                                                    [results[i].reasoning_tokens for i in settled]),
+        "reasoning_saved_capped": _stats.saving_ci([full[i].reasoning_tokens for i in capped],
+                                                   [results[i].reasoning_tokens for i in capped]),
+        "capped_reasoning_share": sum(full[i].reasoning_tokens for i in capped)
+        / max(1, sum(f.reasoning_tokens for f in full)),
     }
 
 

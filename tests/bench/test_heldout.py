@@ -55,6 +55,9 @@ def test_summary_splits_settled_and_capped_items_and_judges_capped_ones_by_accur
     assert s["capped_accuracy_change"]["value"] == pytest.approx(0.0), "one right answer lost, one gained"
     assert s["capped_kept_vs_reference"]["n"] == 1 and s["capped_kept_vs_reference"]["value"] == 0.0
     assert s["answer_loss"]["value"] == 0.5
+    assert s["reasoning_saved_settled"]["value"] == pytest.approx(1 - 20 / 80), "40+40 settled tokens became 10+10"
+    assert s["reasoning_saved_capped"]["value"] == pytest.approx(1 - 20 / 512)
+    assert s["capped_reasoning_share"] == pytest.approx(512 / 592)
     ref = reference_figures(tasks, full, refs)
     assert ref["capped_items"] == 2 and ref["reference_settled"]["value"] == 0.5
     assert ref["full_agrees_with_reference"]["value"] == 1.0
@@ -140,6 +143,7 @@ def test_the_split_table_names_every_family_the_worst_why_answers_were_lost_and_
     assert all(f in text for f in FAMILIES) and "worst family" in text and "goal: not met" in text
     assert "why default lost answers: by exit {'gravity': 20}" in text and "least probe confidence 0.30" in text
     assert not math.isnan(report["split"]["mean"]["reasoning_saved"])
+    assert "in rambles it ran into the cap" in text and "(0%)" in text, "no family here had a capped ramble"
 
 
 def test_a_free_text_family_is_not_failed_on_accuracy_it_cannot_have():
