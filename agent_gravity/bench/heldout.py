@@ -200,7 +200,8 @@ def table(report: dict[str, Any]) -> str:
                      f"worst saved {100 * np.nanmin(saved):.1f}%, mean saved {100 * np.nanmean(saved):.1f}%")
     d = report["methods"].get(DEFAULT)
     if d is not None and "lost_by_reason" in d:
-        lines.append(f"why {DEFAULT} lost answers: by exit {d['lost_by_reason']}, at "
+        lines.append(f"why {DEFAULT} lost answers: by exit {d['lost_by_reason']} ({d['lost_in_answer']} with all of the "
+                     "full run's reasoning: the answer itself was cut), at "
                      f"{interval(d['lost_exit_position'], 100, 0)}% of the full run's reasoning, least probe "
                      f"confidence {interval(d['lost_confidence'], 1, 2)}")
     p = report.get("paraphrase", {})

@@ -191,6 +191,9 @@ def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[
     where = [results[i].reasoning_tokens / max(1, full[i].reasoning_tokens) for i in range(len(tasks)) if lost[i]]
     return {
         "lost_by_reason": dict(Counter(results[i].reason or "none" for i in range(len(tasks)) if lost[i])),
+        # reasoning as long as the full run's: what changed is the answer itself (a loop stop cut a repeating answer)
+        "lost_in_answer": sum(lost[i] and results[i].reasoning_tokens >= full[i].reasoning_tokens
+                              for i in range(len(tasks))),
         "lost_exit_position": _stats.mean_ci(where),
         "lost_confidence": _stats.mean_ci([min(c for c in results[i].probe_confidence if c is not None)
                                            for i in range(len(tasks)) if lost[i]

@@ -48,14 +48,14 @@ def test_summary_splits_settled_and_capped_items_and_judges_capped_ones_by_accur
     tasks = [task("alpha", i) for i in range(4)]
     full = [result(tasks[0], "4"), result(tasks[1], "4"), result(tasks[2], "4", 256, True),
             result(tasks[3], "9", 256, True)]
-    ours = [result(tasks[0], "4", 10), result(tasks[1], "5", 10), result(tasks[2], "3", 10), result(tasks[3], "4", 10)]
+    ours = [result(tasks[0], "4", 10), result(tasks[1], "5", 40), result(tasks[2], "3", 10), result(tasks[3], "4", 10)]
     refs = {tasks[2].id: result(tasks[2], "4", 300), tasks[3].id: result(tasks[3], "4", 1024, True)}
     s = summarize(tasks, full, ours, 1.0, refs)
     assert s["kept_settled"]["value"] == 0.5 and s["kept_settled"]["n"] == 2
     assert s["capped_accuracy_change"]["value"] == pytest.approx(0.0), "one right answer lost, one gained"
     assert s["capped_kept_vs_reference"]["n"] == 1 and s["capped_kept_vs_reference"]["value"] == 0.0
-    assert s["answer_loss"]["value"] == 0.5
-    assert s["reasoning_saved_settled"]["value"] == pytest.approx(1 - 20 / 80), "40+40 settled tokens became 10+10"
+    assert s["answer_loss"]["value"] == 0.5 and s["lost_in_answer"] == 1, "one loss kept all of its reasoning"
+    assert s["reasoning_saved_settled"]["value"] == pytest.approx(1 - 50 / 80), "40+40 settled tokens became 10+40"
     assert s["reasoning_saved_capped"]["value"] == pytest.approx(1 - 20 / 512)
     assert s["capped_reasoning_share"] == pytest.approx(512 / 592)
     ref = reference_figures(tasks, full, refs)
@@ -141,7 +141,7 @@ def test_the_split_table_names_every_family_the_worst_why_answers_were_lost_and_
                              0.05, 0.1)
     text = heldout.table(report)
     assert all(f in text for f in FAMILIES) and "worst family" in text and "goal: not met" in text
-    assert "why default lost answers: by exit {'gravity': 20}" in text and "least probe confidence 0.30" in text
+    assert "why default lost answers: by exit {'gravity': 20} (0 with all of the full run's reasoning" in text and "least probe confidence 0.30" in text
     assert not math.isnan(report["split"]["mean"]["reasoning_saved"])
     assert "in rambles it ran into the cap" in text and "(0%)" in text, "no family here had a capped ramble"
 
