@@ -162,8 +162,13 @@ def _bench_savings(args: argparse.Namespace) -> int:
         report = heldout.main(heldout.load_experiment(Path(args.answers)), grid, args.epsilon, args.delta,
                               Path(args.out))
         return _print_report(args, report, heldout.table, "savings", "per_item")
+    if args.baseline is not None and not split:
+        raise SystemExit("--baseline reuses a split run's full answers: add --tasks families --split leave-one-family-out")
+    baseline = heldout.load_experiment(Path(args.baseline)) if args.baseline is not None else None
     tasks = (_family_tasks(args.per_family, args.families) if args.tasks == "families"
              else _tasks(0, args.items, args.free_text))
+    if baseline is not None:
+        heldout.check_baseline(baseline, tasks)
     steps = len(heldout.GRID) + 2 if split else len(args.methods)
     bar = tqdm(total=steps, desc="starting the vLLM engine", file=sys.stderr, unit="method")
     with contextlib.redirect_stdout(sys.stderr):
@@ -178,7 +183,7 @@ def _bench_savings(args: argparse.Namespace) -> int:
             return savings.ThinkingBudgetBackend(backend, n)
 
         if split:
-            experiment = heldout.answer_all(model, tasks, args.concurrency, budget, heldout.GRID, advance)
+            experiment = heldout.answer_all(model, tasks, args.concurrency, budget, heldout.GRID, advance, baseline)
             report = heldout.main(experiment, grid, args.epsilon, args.delta, Path(args.out))
         else:
             report = savings.main(model, tasks, args.methods, args.concurrency, budget, Path(args.out), advance)
@@ -555,6 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     sav.add_argument("--delta", type=float, default=0.1, help="chance the guarantee may fail (0.1)")
     sav.add_argument("--answers", metavar="SAVINGS_JSON", default=None,
                      help="with --split: analyse the answers a split run saved instead of running the model")
+    sav.add_argument("--baseline", metavar="SAVINGS_JSON", default=None,
+                     help="with --split: reuse the full and 4x-reference answers of an earlier split run of the same "
+                          "items and model (gravity does not touch them); the steered methods run again")
     _report_arguments(sav, "savings")
     sav.set_defaults(run=_bench_savings)
     rte = benches.add_parser("route", help="adaptive thinking and tiers against random and prompt-length routing")

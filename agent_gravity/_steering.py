@@ -21,6 +21,10 @@ from agent_gravity._probe import Prober, ProbeSpec, ProbeState
 from agent_gravity.policies import GravityPolicy, Lock, Observation, policy_from_spec
 
 EXTRA_ARGS_KEY = "agent_gravity"
+LINE_WAIT = 16
+"""Reasoning tokens a probe-confirmed exit waits for a line start before it closes mid-line (a line break first,
+as the budget does): rambles that write one long line (a list, a run of numbers) had kept confirmed exits waiting
+until the cap."""
 _log = logging.getLogger(__name__)
 
 
@@ -186,6 +190,7 @@ class Steering:
     _loop: GravityPolicy | None = field(init=False, default=None)
     _candidate: Lock | None = field(init=False, default=None)
     _confirmed_lock: Lock | None = field(init=False, default=None)
+    _confirmed_at: int = field(init=False, default=0)
     _loop_lock: Lock | None = field(init=False, default=None)
     _phase: Phase = field(init=False)
     _pending: list[int] = field(init=False, default_factory=list)
@@ -247,7 +252,7 @@ class Steering:
             values = {**(trigger.values if trigger else {}), "probes": float(len(self.probes.records)),
                       "agreeing": float(self.probes.spec.agree)}
             name = f"probe({trigger.policy})" if trigger else "probe"
-            self._confirmed_lock = Lock(first.step, name, values)
+            self._confirmed_lock, self._confirmed_at = Lock(first.step, name, values), self._confirmed
 
     def _record(self, t: int, entropy: float, varentropy: float) -> None:
         # A step whose sample the engine discarded (chunked prefill) is seen again at the same t.
@@ -324,10 +329,10 @@ class Steering:
         if self._loop_lock is not None and self._may_cut():
             self.lock = self._loop_lock
             self._close(t, Exit.LOOP, [*mid_line, *marker])
-        elif (exit_lock := self._exit_lock()) is not None and at_line_start and self._may_cut():
+        elif (exit_lock := self._exit_lock()) is not None and (at_line_start or self._waited(t)) and self._may_cut():
             self.lock = exit_lock
             closing_anyway = top_id == reasoning.end_ids[0] or top_id in self.spec.eos_ids
-            self._close(t, Exit.MODEL if closing_anyway else Exit.GRAVITY, marker)
+            self._close(t, Exit.MODEL if closing_anyway else Exit.GRAVITY, [*mid_line, *marker])
         elif t >= reasoning.max_reasoning_tokens:
             self._close(t, Exit.BUDGET, [*mid_line, *marker])
         elif self._wants_probe(t) and self._may_cut():
@@ -341,6 +346,10 @@ class Steering:
         except Exception:  # noqa: BLE001 - this runs inside the engine's step: a probe that cannot start confirms nothing
             _log.warning("an answer probe could not start; reasoning goes on", exc_info=True)
             self.probes.answered("", 0)
+
+    def _waited(self, t: int) -> bool:
+        """A confirmed exit has waited ``LINE_WAIT`` tokens for a line start."""
+        return self._confirmed_lock is not None and t - self._confirmed_at >= LINE_WAIT
 
     def _exit_lock(self) -> Lock | None:
         """The lock that may end reasoning now: the policy's own, or one the probes confirmed."""

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from agent_gravity._probe import ProbeSpec, answer_key, line_confidence
-from agent_gravity._steering import Action, Exit, ReasoningIds, Steering, SteeringSpec
+from agent_gravity._steering import LINE_WAIT, Action, Exit, ReasoningIds, Steering, SteeringSpec
 from agent_gravity.backends._logits import apply_action
 
 EOS, NL, END0, END1, PREFIX, SPACED_END0 = 2, 10, 100, 101, 102, 103
@@ -264,6 +264,20 @@ def test_probes_in_a_long_ramble_skip_the_confidence_test():
     drive(steering, [(0.1, NL)] * 4, out)
     assert [r.answer for r in steering.probes.records[:3]] == ["", "42", "42"]
     assert steering.exit is Exit.GRAVITY
+
+
+def test_a_confirmed_exit_waits_for_a_line_start_then_closes_mid_line_after_a_line_break():
+    steering = probing()
+    out = drive(steering, [(0.1, 5), (0.1, 6), (0.1, NL)] + [(0.1, 7)] * 3)
+    steering.probe_answered("42", 1)
+    drive(steering, [(0.1, 7)] * 3, out)
+    steering.probe_answered("42", 1)
+    confirmed_at = len(out) - 1  # the step the engine last decided on
+    drive(steering, [(0.1, 7)] * (LINE_WAIT - 1), out)
+    assert steering.exit is None, "a confirmed exit waits for the line to end"
+    drive(steering, [(0.1, 7)] * 4, out)
+    assert steering.exit is Exit.GRAVITY and steering.reasoning_tokens == confirmed_at + LINE_WAIT
+    assert out[confirmed_at + LINE_WAIT:][:4] == [NL, END0, END1, PREFIX], "closed mid-line after a line break"
 
 
 def test_probe_confidence_is_the_least_likely_token_of_the_first_line():

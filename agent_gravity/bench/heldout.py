@@ -233,14 +233,24 @@ class Experiment:
 
 def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budget_backend: Callable[[int], Backend],
                grid: Sequence[Candidate] = GRID,
-               on_method: Callable[[str, dict], None] = lambda n, s: None) -> Experiment:
+               on_method: Callable[[str, dict], None] = lambda n, s: None,
+               baseline: Experiment | None = None) -> Experiment:
     """Answer every item in full, the capped items again with 4x the budget (their references), and with every
     grid candidate and the baselines: Dynasor-style probing, and vLLM's budget at the default's mean reasoning
-    length over all items (the same mean tokens, not a per-family tuning)."""
+    length over all items (the same mean tokens, not a per-family tuning).
+
+    ``baseline`` (an earlier split run of the same items on the same model) supplies the full and reference
+    answers, which gravity does not touch, so only the methods gravity steers run again.
+    """
     configs = {**candidates(GravityConfig(), grid), DYNASOR: method_configs(GravityConfig())[DYNASOR]}
+    if baseline is not None:
+        check_baseline(baseline, tasks, model.get_backend().model_name)
     _warm(model, tasks, concurrency)
-    full, wall = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
-    references = run_references(model, tasks, full, concurrency)
+    if baseline is None:
+        full, wall = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
+        references = run_references(model, tasks, full, concurrency)
+    else:
+        full, wall, references = baseline.answers.full, baseline.walls.get(FULL), baseline.answers.references
     runs, walls = {FULL: full}, {FULL: wall}
     for name, config in configs.items():
         runs[name], walls[name] = run_method(model, tasks, config, concurrency)
@@ -251,6 +261,16 @@ def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budg
     on_method(VLLM_BUDGET, summarize(tasks, full, runs[VLLM_BUDGET], walls[VLLM_BUDGET], references))
     return Experiment(model.get_backend().model_name, Answers(tasks, full, references, runs), walls, budget,
                       concurrency, {n: c.model_dump(mode="json") for n, c in configs.items()})
+
+
+def check_baseline(baseline: Experiment, tasks: Sequence[Task], model: str | None = None) -> None:
+    """ValueError unless ``baseline`` answered exactly ``tasks`` (same ids and questions), with ``model`` if
+    given."""
+    if model is not None and baseline.model != model:
+        raise ValueError(f"the baseline run used model {baseline.model!r}, this one {model!r}: rerun without --baseline")
+    if [(t.id, t.question) for t in baseline.answers.tasks] != [(t.id, t.question) for t in tasks]:
+        raise ValueError("the baseline run answered other items (pass the same --per-family and --families as it "
+                         "did, or rerun without --baseline)")
 
 
 def analyse(experiment: Experiment, grid: Sequence[str], epsilon: float, delta: float) -> dict[str, Any]:

@@ -167,3 +167,36 @@ def test_a_saved_split_run_is_analysed_again_to_the_same_report(tmp_path):
     (tmp_path / "other.json").write_text('{"model": "m"}')
     with pytest.raises(ValueError, match="not the savings.json of a split run"):
         heldout.load_experiment(tmp_path / "other.json")
+
+
+def test_a_baseline_run_supplies_the_full_and_reference_answers_and_only_steered_methods_run(monkeypatch, tmp_path):
+    refs = {TASKS[0].id: result(TASKS[0], "4", 1024, capped=True)}
+    baseline = heldout.Experiment("m", Answers(TASKS, FULL, refs, {"full": FULL}), {"full": 9.0}, 20, 8, {})
+    ran = []
+
+    def run_method(model, tasks, config, concurrency):
+        ran.append(config.enabled)
+        return [result(t, "4", 20, early=True) for t in tasks], 1.0
+
+    monkeypatch.setattr(heldout, "run_method", run_method)
+    monkeypatch.setattr(heldout, "_warm", lambda *a: None)
+    monkeypatch.setattr(heldout, "ChatGravity", lambda **kw: None)
+    model = type("Model", (), {"gravity": None, "get_backend": lambda self: type("B", (), {"model_name": "m"})()})()
+    experiment = heldout.answer_all(model, TASKS, 8, lambda n: None, baseline=baseline)
+    assert experiment.answers.full is FULL and experiment.answers.references == refs and experiment.walls["full"] == 9.0
+    assert ran == [True] * (len(heldout.GRID) + 1) + [False], "the grid and Dynasor ran again, then vLLM's budget"
+    with pytest.raises(ValueError, match="model 'm', this one 'other'"):
+        heldout.check_baseline(baseline, TASKS, "other")
+    with pytest.raises(ValueError, match="answered other items"):
+        heldout.check_baseline(baseline, TASKS[:-1])
+
+
+def test_the_cli_refuses_a_baseline_of_other_items_before_starting_the_engine(tmp_path, capsys):
+    from agent_gravity._cli import main
+
+    runs = {"full": FULL, "default": FULL, "dynasor": FULL, "vllm_budget": FULL}
+    heldout.main(heldout.Experiment("m", Answers(TASKS, FULL, {}, runs), {}, 20, 8, {}), ["default"], 0.05, 0.1,
+                 tmp_path)
+    assert main(["bench", "savings", "--tasks", "families", "--split", "leave-one-family-out", "--per-family", "2",
+                 "--baseline", str(tmp_path / "savings.json")]) == 2
+    assert "answered other items" in capsys.readouterr().err
