@@ -141,7 +141,8 @@ def test_the_split_table_names_every_family_the_worst_why_answers_were_lost_and_
                              0.05, 0.1)
     text = heldout.table(report)
     assert all(f in text for f in FAMILIES) and "worst family" in text and "goal: not met" in text
-    assert "why default lost answers: by exit {'gravity': 20} (0 with all of the full run's reasoning" in text and "least probe confidence 0.30" in text
+    assert "why default lost answers: by exit {'gravity': 20} (0 with all of the full run's reasoning" in text
+    assert "least probe confidence 0.30" in text
     assert not math.isnan(report["split"]["mean"]["reasoning_saved"])
     assert "in rambles it ran into the cap" in text and "(0%)" in text, "no family here had a capped ramble"
 
