@@ -83,6 +83,13 @@ class ProbeConfig(BaseModel):
     whose answer a full run leaves to chance (on the calibration families the embedded model closed 118 of the 122
     reasonings it finished by itself before step 64, and two lenient probes must still agree); None: never."""
 
+    hold: int | None = Field(16, ge=1, le=PROBE_LIMITS["hold"])
+    """Reasoning tokens a confident answer must hold before it confirms an exit (the first of the agreeing probes
+    started at least this many tokens before the last); probes from ``lenient_after`` on need only ``agree``.
+    None: ``agree`` probes suffice. Two confident probes 8 tokens apart sometimes agreed on an intermediate value
+    the reasoning then went past; on the development questions 16 kept every settled answer for 2.5 points of
+    saving."""
+
     def spec(self) -> ProbeSpec:
         """The engine-side form."""
         return ProbeSpec(**self.model_dump())

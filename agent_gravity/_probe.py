@@ -40,6 +40,9 @@ class ProbeSpec:
     lenient_after: int | None = None
     """Probes started at or after this reasoning step skip the confidence test: reasoning that long is a ramble
     whose answer a full run leaves to chance anyway; None: the test always applies."""
+    hold: int | None = None
+    """Reasoning tokens an answer must hold before it confirms an exit before ``lenient_after``: the first of the
+    agreeing probes started at least this many tokens before the last; None: ``agree`` probes suffice."""
 
     def __post_init__(self) -> None:
         for name, high in PROBE_LIMITS.items():
@@ -50,9 +53,9 @@ class ProbeSpec:
 
 
 PROBE_LIMITS = {"agree": MAX_PROBES, "tokens": MAX_PROBE_TOKENS, "gap": MAX_TOKENS, "max_probes": MAX_PROBES,
-                "interval": MAX_TOKENS, "lenient_after": MAX_TOKENS}
+                "interval": MAX_TOKENS, "lenient_after": MAX_TOKENS, "hold": MAX_TOKENS}
 """The upper bound of each count in a probe spec (each is at least 1)."""
-_OPTIONAL = frozenset({"interval", "lenient_after"})
+_OPTIONAL = frozenset({"interval", "lenient_after", "hold"})
 
 
 def answer_key(text: str) -> str:
@@ -124,23 +127,37 @@ class ProbeState:
     def start(self, step: int, trigger: Lock | None) -> None:
         self.records.append(ProbeRecord(step, trigger))
 
+    def _lenient(self, record: ProbeRecord) -> bool:
+        return self.spec.lenient_after is not None and record.step >= self.spec.lenient_after
+
     def _unsure(self, record: ProbeRecord) -> bool:
-        floor, lenient = self.spec.min_confidence, self.spec.lenient_after
-        if floor is None or (lenient is not None and record.step >= lenient):
+        if self.spec.min_confidence is None or self._lenient(record):
             return False
         if record.confidence is None and record.answer:
             _warn_unmeasured()
-        return record.confidence is None or record.confidence < floor
+        return record.confidence is None or record.confidence < self.spec.min_confidence
+
+    def agreeing(self) -> list[ProbeRecord]:
+        """The latest probes that gave one settled answer, oldest first; empty when the last was hesitant."""
+        run: list[ProbeRecord] = []
+        for r in reversed(self.records):
+            if not r.answer or (run and r.answer != run[0].answer):
+                break
+            run.insert(0, r)
+        return run
 
     def answered(self, text: str, tokens: int, confidence: float | None = None) -> bool:
         """Record the in-flight probe's answer; True when the last ``agree`` answers now agree.
 
         Under ``min_confidence`` an answer whose confidence is lower, or was not measured, counts as hesitant
-        (unless the probe started at or after ``lenient_after``).
+        (unless the probe started at or after ``lenient_after``); under ``hold`` the agreeing probes must also span
+        that many reasoning tokens (unless the last started at or after ``lenient_after``).
         """
         record = self.records[-1]
         record.answer, record.tokens, record.confidence = answer_key(text), tokens, confidence
         if self._unsure(record):
             record.answer = ""
-        last = [r.answer for r in self.records[-self.spec.agree:]]
-        return len(last) == self.spec.agree and bool(last[0]) and len(set(last)) == 1
+        run = self.agreeing()
+        if len(run) < self.spec.agree:
+            return False
+        return self.spec.hold is None or self._lenient(record) or record.step - run[0].step >= self.spec.hold

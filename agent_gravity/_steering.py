@@ -247,10 +247,10 @@ class Steering:
         if self.probes is None or not self.probes.in_flight:
             return
         if self.probes.answered(text, tokens, confidence) and self._phase is Phase.REASONING:
-            first = self.probes.records[-self.probes.spec.agree]
-            trigger = first.trigger
+            run = self.probes.agreeing()
+            first, trigger = run[0], run[0].trigger
             values = {**(trigger.values if trigger else {}), "probes": float(len(self.probes.records)),
-                      "agreeing": float(self.probes.spec.agree)}
+                      "agreeing": float(len(run))}
             name = f"probe({trigger.policy})" if trigger else "probe"
             self._confirmed_lock, self._confirmed_at = Lock(first.step, name, values), self._confirmed
 

@@ -41,8 +41,8 @@ def _policies(depth: int) -> st.SearchStrategy[dict[str, Any]]:
 
 
 probe = st.none() | st.dictionaries(st.sampled_from(["agree", "tokens", "gap", "max_probes", "interval",
-                                                     "min_confidence", "lenient_after", "typo"]), numbers | leaves,
-                                    max_size=4)
+                                                     "min_confidence", "lenient_after", "hold", "typo"]),
+                                    numbers | leaves, max_size=4)
 gravity = st.fixed_dictionaries({}, optional={
     "enabled": st.booleans() | leaves, "policy": st.none() | _policies(2) | json_values,
     "probe": probe, "loop": st.none() | _policies(0) | json_values, "min_tokens": numbers | leaves,

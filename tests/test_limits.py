@@ -30,7 +30,7 @@ def test_the_loop_that_took_gigabytes_is_a_validation_error_through_the_public_c
         GravityConfig(loop={"name": "loop", "max_period": HUGE})
 
 
-@pytest.mark.parametrize("field", ["agree", "tokens", "gap", "max_probes", "interval", "lenient_after"])
+@pytest.mark.parametrize("field", ["agree", "tokens", "gap", "max_probes", "interval", "lenient_after", "hold"])
 def test_probe_counts_are_bounded_in_the_config_and_on_the_engine_side(field):
     with pytest.raises(ValidationError, match=field):
         ProbeConfig(**{field: HUGE})

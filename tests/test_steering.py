@@ -266,6 +266,29 @@ def test_probes_in_a_long_ramble_skip_the_confidence_test():
     assert steering.exit is Exit.GRAVITY
 
 
+def test_under_hold_an_answer_confirms_only_once_it_has_held_that_many_reasoning_tokens():
+    steering = probing(ProbeSpec(agree=2, gap=3, hold=6))
+    out = drive(steering, [(0.1, NL)] * 3)
+    for answer in ("8", "8", "16", "16"):  # probes at steps 2, 5, 8, 11: 8 held 3 tokens, then the reasoning moved on
+        steering.probe_answered(answer, 1)
+        drive(steering, [(0.1, NL)] * 3, out)
+    assert steering.exit is None and [r.step for r in steering.probes.records] == [2, 5, 8, 11, 14]
+    steering.probe_answered("16", 1)  # started at step 14: 16 has held 6 tokens
+    drive(steering, [(0.1, NL)] * 4, out)
+    assert steering.exit is Exit.GRAVITY
+    assert steering.lock.step == 8 and steering.lock.values["agreeing"] == 3
+
+
+def test_hold_leaves_probes_of_a_long_ramble_to_agree_alone():
+    steering = probing(ProbeSpec(agree=2, gap=3, hold=30, lenient_after=5))
+    out = drive(steering, [(0.1, NL)] * 3)
+    steering.probe_answered("42", 1)  # step 2
+    drive(steering, [(0.1, NL)] * 3, out)
+    steering.probe_answered("42", 1)  # step 5: from lenient_after on, two agreeing probes suffice
+    drive(steering, [(0.1, NL)] * 4, out)
+    assert steering.exit is Exit.GRAVITY
+
+
 def test_a_confirmed_exit_waits_for_a_line_start_then_closes_mid_line_after_a_line_break():
     steering = probing()
     out = drive(steering, [(0.1, 5), (0.1, 6), (0.1, NL)] + [(0.1, 7)] * 3)
