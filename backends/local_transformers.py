@@ -232,9 +232,15 @@ class TransformersBackend(HFTokenizerMethods):
                 protected = (exact_value_positions(session.ids, self.token_texts) if protect
                              else torch.zeros(0, dtype=torch.long))
                 scores = self._reconstruction_scores(session, policy, start, end)
-                for layer in range(self._shape[0]):
-                    self._trim_layer(cache, layer, policy, Budget(ratio), start, end, protected,
-                                     None if scores is None else scores[layer])
+                inside = [[(h.positions >= start) & (h.positions < end) for h in heads] for heads in cache.heads]
+                stretches = [self._stretch(cache, layer, inside[layer], protected,
+                                           None if scores is None else scores[layer])
+                             for layer in range(self._shape[0])]
+                share = getattr(policy, "layer_budgets", None)
+                budgets = share(stretches, Budget(ratio)) if share else [Budget(ratio)] * len(stretches)
+                for stretch, budget, masks in zip(stretches, budgets, inside):
+                    cache.keep(stretch.layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
+                                               for m, k in zip(masks, policy.select(stretch, budget))])
                 session.trimmed_until = end
             return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())))
 
@@ -264,16 +270,13 @@ class TransformersBackend(HFTokenizerMethods):
                 for layer, heads in zip(scores.best, cache.heads)]
 
     @staticmethod
-    def _trim_layer(cache: RaggedCache, layer: int, policy: TrimPolicy, budget: Budget, start: int, end: int,
-                    protected: torch.Tensor, scores: list[torch.Tensor] | None) -> None:
+    def _stretch(cache: RaggedCache, layer: int, inside: list[torch.Tensor], protected: torch.Tensor,
+                 scores: list[torch.Tensor] | None) -> LayerStretch:
+        """What a trim policy sees of one layer: per KV head, the entries ``inside`` marks."""
         heads = cache.heads[layer]
-        inside = [(h.positions >= start) & (h.positions < end) for h in heads]
-        stretch = LayerStretch(layer, [h.keys[m] for h, m in zip(heads, inside)],
-                               [h.positions[m] for h, m in zip(heads, inside)], cache.queries[layer], protected,
-                               None if scores is None else [s[m] for s, m in zip(scores, inside)])
-        kept = policy.select(stretch, budget)
-        cache.keep(layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
-                           for m, k in zip(inside, kept)])
+        return LayerStretch(layer, [h.keys[m] for h, m in zip(heads, inside)],
+                            [h.positions[m] for h, m in zip(heads, inside)], cache.queries[layer], protected,
+                            None if scores is None else [s[m] for s, m in zip(scores, inside)])
 
     def fork_session(self, source: str, target: str) -> None:
         """Start conversation ``target`` from a copy of ``source``'s cache (branching, or comparing trims)."""

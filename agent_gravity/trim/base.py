@@ -8,7 +8,8 @@ entries to keep, within that head's own budget: budgets stay per head.
 
 A policy that scores by context reconstruction carries a ``reconstruction`` attribute (a
 ``Reconstruction``); the backend then runs that pass before trimming and hands each layer's entry
-scores in ``LayerStretch.importance``.
+scores in ``LayerStretch.importance``. A policy whose scores compare across layers may also share
+the model's budget among them: its ``layer_budgets(stretches, budget)`` gives each layer its own.
 """
 
 from __future__ import annotations
@@ -70,9 +71,17 @@ class Budget:
 
     ratio: float
     """Keep about ``1 / ratio`` of the stretch (2x, 4x, 8x fewer entries)."""
+    entries: int | None = None
+    """The layer's entries in all, when a model-wide budget was shared among layers; None: ``ratio`` per head."""
 
     def per_head(self, n: int) -> int:
         return max(1, math.ceil(n / self.ratio))
+
+    def layer_total(self, stretch: LayerStretch) -> int:
+        """Entries the layer may keep of its stretch, over all its KV heads."""
+        if self.entries is not None:
+            return self.entries
+        return sum(self.per_head(p.numel()) for p in stretch.positions if p.numel())
 
 
 @runtime_checkable

@@ -39,6 +39,7 @@ def test_every_policy_frees_memory_keeps_sinks_window_and_exact_values_and_the_s
     assert report.entries_after == sum(map(sum, cache.lengths())) < report.entries_before
     protected = set(exact_value_positions(backend.sessions[session].ids, backend.token_texts).tolist())
     budget = Budget(4).per_head(end - SINKS)
+    model_kept, model_extra = 0, 0
     for layer in cache.heads:
         layer_kept, layer_extra = 0, 0
         for head in layer:
@@ -51,7 +52,10 @@ def test_every_policy_frees_memory_keeps_sinks_window_and_exact_values_and_the_s
             assert policy.name in SHARED_BUDGETS or len(stretch) <= budget + extra
             assert not policy.protect or protected & set(range(SINKS, end)) <= kept
             layer_kept, layer_extra = layer_kept + len(stretch), layer_extra + extra
-        assert layer_kept <= len(layer) * budget + layer_extra
+        # reconstruction's default shares the model's budget across layers, never adding to it
+        assert getattr(policy, "share", "layer") == "model" or layer_kept <= len(layer) * budget + layer_extra
+        model_kept, model_extra = model_kept + layer_kept, model_extra + layer_extra
+    assert model_kept <= sum(map(len, cache.heads)) * budget + model_extra
     reply = chat_on(backend).invoke([*HISTORY, QUESTION], conversation_id=session)
     meta = reply.response_metadata["gravity"]["session"]
     assert meta["reset"] is None and meta["reused_tokens"] > 0 and meta["prefilled_tokens"] < 20
@@ -119,6 +123,21 @@ def test_reconstruction_shares_the_layer_budget_by_score_keeps_protected_entries
         ReconstructionPolicy().select(LayerStretch(0, keys, positions, None, torch.zeros(0)), Budget(4))
     with pytest.raises(ValueError, match="chunk"):
         ReconstructionPolicy(chunk=0)
+
+
+def test_reconstruction_shares_the_model_budget_across_layers_by_score():
+    positions, keys = [torch.arange(8)], [torch.zeros(8, 4)]
+    sharp = LayerStretch(0, keys, positions, None, torch.zeros(0), [torch.tensor([.9, .8, .7, .6, .5, .4, .3, .2])])
+    flat = LayerStretch(1, keys, positions, None, torch.tensor([7]), [torch.full((8,), .05)])
+    policy = ReconstructionPolicy()
+    budgets = policy.layer_budgets([sharp, flat], Budget(4))  # 2 + 2 entries in all; the protected one counts
+    assert [b.entries for b in budgets] == [3, 1]
+    assert [k.tolist() for k in policy.select(sharp, budgets[0])] == [[0, 1, 2]]
+    assert [k.tolist() for k in policy.select(flat, budgets[1])] == [[7]]
+    per_layer = ReconstructionPolicy(share="layer")
+    assert per_layer.layer_budgets([sharp, flat], Budget(4)) == [Budget(4), Budget(4)]
+    with pytest.raises(ValueError, match="share must be 'model' or 'layer'"):
+        ReconstructionPolicy(share="head")
 
 
 def test_exact_values_are_found_across_the_tokens_that_spell_them():
