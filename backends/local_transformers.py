@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import itertools
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,11 +234,15 @@ class TransformersBackend(HFTokenizerMethods):
                              else torch.zeros(0, dtype=torch.long))
                 scores = self._reconstruction_scores(session, policy, start, end)
                 inside = [[(h.positions >= start) & (h.positions < end) for h in heads] for heads in cache.heads]
-                stretches = [self._stretch(cache, layer, inside[layer], protected,
-                                           None if scores is None else scores[layer])
-                             for layer in range(self._shape[0])]
+                stretches: Iterable[LayerStretch] = (
+                    self._stretch(cache, layer, inside[layer], protected, None if scores is None else scores[layer])
+                    for layer in range(self._shape[0]))
                 share = getattr(policy, "layer_budgets", None)
-                budgets = share(stretches, Budget(ratio)) if share else [Budget(ratio)] * len(stretches)
+                if share:  # a budget shared among layers needs them all at once; otherwise one layer at a time
+                    stretches = list(stretches)
+                    budgets: Iterable[Budget] = share(stretches, Budget(ratio))
+                else:
+                    budgets = itertools.repeat(Budget(ratio))
                 for stretch, budget, masks in zip(stretches, budgets, inside):
                     cache.keep(stretch.layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
                                                for m, k in zip(masks, policy.select(stretch, budget))])
