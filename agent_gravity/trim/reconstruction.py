@@ -28,9 +28,9 @@ class ReconstructionPolicy:
     """Context tokens re-read per pass (each pass is the instruction plus one chunk)."""
     pool: int = 1
     protect: bool = True
-    recent: bool = False
+    recent: bool = True
     """Output-aware: the attention of the latest tokens read or written (the model's own answer when it wrote
-    last) scores entries too, beside the reconstruction."""
+    last) scores entries too, beside the reconstruction; False scores by the reconstruction alone."""
     share: Literal["model", "layer"] = "model"
     """Where the budget is pooled: the whole model's stretch, or each layer's own."""
 
