@@ -9,7 +9,8 @@ entries to keep, within that head's own budget: budgets stay per head.
 A policy that scores by context reconstruction carries a ``reconstruction`` attribute (a
 ``Reconstruction``); the backend then runs that pass before trimming and hands each layer's entry
 scores in ``LayerStretch.importance``. A policy whose scores compare across layers may also share
-the model's budget among them: its ``layer_budgets(stretches, budget)`` gives each layer its own.
+the model's budget among them: its ``layer_budgets(stretches, budget)`` (absent or None when it does not)
+gives each layer its own.
 """
 
 from __future__ import annotations

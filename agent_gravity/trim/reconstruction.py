@@ -8,7 +8,7 @@ to those that need many, as KVzip's non-uniform budgets do."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -55,11 +55,15 @@ class ReconstructionPolicy:
                       for s, p in zip(scores, stretch.positions)]
         return scores
 
-    def layer_budgets(self, stretches: Sequence[LayerStretch], budget: Budget) -> list[Budget]:
+    @property
+    def layer_budgets(self) -> Callable[[Sequence[LayerStretch], Budget], list[Budget]] | None:
+        """How the model's budget is split among layers; None with ``share="layer"``, so that a backend trims one
+        layer at a time without holding every layer's stretch."""
+        return self._model_budgets if self.share == "model" else None
+
+    def _model_budgets(self, stretches: Sequence[LayerStretch], budget: Budget) -> list[Budget]:
         """Each layer's share of the model's budget (the sum of every head's): as many entries as it holds among
-        the model's best; with ``share="layer"``, ``budget`` for every layer."""
-        if self.share == "layer":
-            return [budget] * len(stretches)
+        the model's best."""
         scores = [torch.cat([*self._scores(s), torch.zeros(0)]) for s in stretches]
         flat = torch.cat(scores)
         total = min(flat.numel(), sum(budget.layer_total(s) for s in stretches))

@@ -135,7 +135,8 @@ def test_reconstruction_shares_the_model_budget_across_layers_by_score():
     assert [k.tolist() for k in policy.select(sharp, budgets[0])] == [[0, 1, 2]]
     assert [k.tolist() for k in policy.select(flat, budgets[1])] == [[7]]
     per_layer = ReconstructionPolicy(share="layer")
-    assert per_layer.layer_budgets([sharp, flat], Budget(4)) == [Budget(4), Budget(4)]
+    assert per_layer.layer_budgets is None  # each layer keeps its own pool: trimmed one layer at a time
+    assert [k.tolist() for k in per_layer.select(sharp, Budget(4))] == [[0, 1]]
     with pytest.raises(ValueError, match="share must be 'model' or 'layer'"):
         ReconstructionPolicy(share="head")
 
