@@ -30,6 +30,7 @@ from agent_gravity.bench.savings import (
     DEFAULT,
     DYNASOR,
     FULL,
+    REFERENCE_SCALE,
     VLLM_BUDGET,
     Answers,
     ItemResult,
@@ -175,7 +176,12 @@ def table(report: dict[str, Any]) -> str:
     split = report["split"]
     head = (f"{'held out':<15} {'chosen':<10} {'kept (settled) %':>22} {'capped acc Δ pt':>22} "
             f"{'acc Δ pt':>20} {'reasoning saved %':>22} {'loss %':>7} {'bound %':>8}")
-    lines = [f"leave-one-family-out, epsilon {split['epsilon']}, delta {split['delta']}", head, "-" * len(head)]
+    ref = report["reference"]
+    lines = [f"leave-one-family-out, epsilon {split['epsilon']}, delta {split['delta']}; the full run settled "
+             f"{ref['settled_items']} items and was capped on {ref['capped_items']} ({ref['answer_capped_items']} "
+             f"of them answers that ran into the output cap); their {REFERENCE_SCALE}x-budget reference settled "
+             f"{_percent(ref['reference_settled'])}, the full answer agreeing on "
+             f"{_percent(ref['full_agrees_with_reference'])}", head, "-" * len(head)]
     for r in split["families"]:
         h = r["held_out"]
         bound = f"{100 * r['bound']:.1f}" if r["bound"] is not None else "none"
@@ -301,20 +307,27 @@ def _item(data: dict[str, Any]) -> ItemResult:
 def load_experiment(path: Path) -> Experiment:
     """The answers a split run wrote to ``savings.json``, to analyse again (other epsilon or delta, say).
 
-    ValueError names the file when it is not a split run's report. Reports from before tasks were stored with
-    them are matched by item id against the shipped family set.
+    ValueError names the file when it is not a split run's report, or when it predates finish reasons (an answer
+    cut by the output cap could not be told from a settled one). Reports from before tasks were stored with them
+    are matched by item id against the shipped family set.
     """
     try:
         report = json.loads(Path(path).read_text())
         per_item, refs = report["per_item"], report["references"]
+        stale = any("finish_reason" not in r for r in per_item[FULL])
         by_id = {t.id: t for t in load_families()} if "tasks" not in report else None
         tasks = ([Task(**t) for t in report["tasks"]] if by_id is None else [by_id[r["id"]] for r in per_item[FULL]])
         runs = {n: [_item(r) for r in rows] for n, rows in per_item.items()}
         walls = {n: m.get("wall_seconds") for n, m in report["methods"].items()}
-        return Experiment(report["model"], Answers(tasks, runs[FULL], {k: _item(v) for k, v in refs.items()}, runs),
-                          walls, report["vllm_thinking_token_budget"], report["concurrency"], report["configs"])
+        experiment = Experiment(report["model"], Answers(tasks, runs[FULL], {k: _item(v) for k, v in refs.items()},
+                                                         runs),
+                                walls, report["vllm_thinking_token_budget"], report["concurrency"], report["configs"])
     except (OSError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is not the savings.json of a split run (bench savings --split ...): {exc!r}") from exc
+    if stale:
+        raise ValueError(f"{path} predates finish reasons, so the items whose full answer ran into the output cap "
+                         "cannot be told apart: run the split again without --baseline or --answers")
+    return experiment
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:

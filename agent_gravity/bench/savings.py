@@ -34,7 +34,9 @@ DYNASOR = "dynasor"
 BASELINES = (FULL, VLLM_BUDGET, DYNASOR)
 BUDGET = "reasoning_budget"
 REFERENCE_SCALE = 4
-"""Capped items are judged against a reference run with this many times the reasoning budget."""
+"""Capped items are judged against a reference run with this many times the reasoning and answer budgets."""
+OUTPUT_CAP = "length"
+"""The finish reason of an output cut by its token budget."""
 
 
 def _only(policy: dict[str, Any] | None, probe: ProbeConfig | None = None,
@@ -108,11 +110,14 @@ class ItemResult:
     """How the call was routed (``response_metadata["gravity"]["route"]``), when it was."""
     entropy_scores: dict[str, float | None] = dataclasses.field(default_factory=dict)
     """Summaries of the output's per-token entropy (see :func:`entropy_scores`), for routing analyses."""
+    finish_reason: str | None = None
+    """Why the output ended (``response_metadata["finish_reason"]``: ``"length"`` at the output cap)."""
 
     @property
     def capped(self) -> bool:
-        """The run hit its reasoning budget instead of closing its reasoning itself."""
-        return self.reason == BUDGET
+        """The run did not end by itself: it hit its reasoning budget, or its answer ran into the output cap (a
+        repeating answer cut at an arbitrary point is no more a reference than a capped ramble)."""
+        return self.reason == BUDGET or self.finish_reason == OUTPUT_CAP
 
     @property
     def spent(self) -> int:
@@ -147,7 +152,7 @@ async def _answer(model: ChatGravity, task: Task, config: GravityConfig | None, 
                       g["reason"], g["terminated_early"], is_correct(task, message.content), g["lock_step"],
                       tuple(g["probe_steps"]), tuple(g["probe_answers"]), tuple(g["probe_confidence"]),
                       message.usage_metadata["input_tokens"], route,
-                      entropy_scores(g["entropy"], g["answer_tokens"]))
+                      entropy_scores(g["entropy"], g["answer_tokens"]), message.response_metadata["finish_reason"])
 
 
 def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig | None,
@@ -255,6 +260,7 @@ def reference_figures(tasks: Sequence[Task], full: list[ItemResult],
     return {
         "settled_items": len(full) - len(capped),
         "capped_items": len(capped),
+        "answer_capped_items": sum(f.reason != BUDGET for _, f in capped),
         "reference_settled": _stats.wilson(len(settled), len(capped)),
         "full_agrees_with_reference": _stats.wilson(
             sum(agrees(t, references[t.id].answer, f.answer) for t, f in settled), len(settled)),
@@ -265,9 +271,11 @@ def reference_figures(tasks: Sequence[Task], full: list[ItemResult],
 
 def run_references(model: ChatGravity, tasks: Sequence[Task], full: list[ItemResult],
                    concurrency: int) -> dict[str, ItemResult]:
-    """Answer the items the full run capped again with ``REFERENCE_SCALE`` times the reasoning budget."""
+    """Answer the items the full run capped again with ``REFERENCE_SCALE`` times the reasoning and answer
+    budgets."""
     base = GravityConfig(enabled=False)
-    config = base.model_copy(update={"max_reasoning_tokens": base.max_reasoning_tokens * REFERENCE_SCALE})
+    config = base.model_copy(update={"max_reasoning_tokens": base.max_reasoning_tokens * REFERENCE_SCALE,
+                                     "max_answer_tokens": base.max_answer_tokens * REFERENCE_SCALE})
     capped = [t for t, f in zip(tasks, full) if f.capped]
     results, _ = run_method(model, capped, config, concurrency)
     return {r.id: r for r in results}

@@ -20,10 +20,11 @@ def task(family: str, i: int, answer: str | None = "4") -> Task:
                 "number" if answer else "free_text", f"{family}-p{i // 2:04d}")
 
 
-def result(t: Task, answer: str, reasoning: int = 40, capped: bool = False, early: bool = False) -> ItemResult:
+def result(t: Task, answer: str, reasoning: int = 40, capped: bool = False, early: bool = False,
+           finish: str = "stop") -> ItemResult:
     reason = "gravity" if early else "reasoning_budget" if capped else "model_ended"
     return ItemResult(t.id, t.kind, answer, reasoning, reasoning + 4, 0, 0, 0.1, reason, early,
-                      t.answer is not None and answer == t.answer)
+                      t.answer is not None and answer == t.answer, finish_reason=finish)
 
 
 TASKS = [task(f, i) for f in FAMILIES for i in range(60)]
@@ -42,6 +43,12 @@ def test_answer_loss_counts_changes_where_the_full_run_settled_and_only_real_los
     assert answer_lost(free, ramble, result(free, "dogs bark loudly"), reference)
     assert not answer_lost(free, ramble, result(free, "dogs bark loudly"), result(free, "x", 1024, capped=True)), \
         "an unsettled reference judges nothing"
+    looping = result(free, "1000000000000", 12, finish="length")
+    assert looping.capped and not settled.capped, "an answer cut by the output cap is no settled reference"
+    assert not answer_lost(free, looping, result(free, "100")), "a repeating answer cut shorter is no loss"
+    assert answer_lost(free, looping, result(free, "the bees"), result(free, "1000000000000", 12)), \
+        "unless its longer-budget reference settled on the full answer"
+    assert result(free, "x", 40, finish="length").capped and not result(free, "x", 1024, capped=False).capped
 
 
 def test_summary_splits_settled_and_capped_items_and_judges_capped_ones_by_accuracy_and_reference():
@@ -59,7 +66,13 @@ def test_summary_splits_settled_and_capped_items_and_judges_capped_ones_by_accur
     assert s["reasoning_saved_capped"]["value"] == pytest.approx(1 - 20 / 512)
     assert s["capped_reasoning_share"] == pytest.approx(512 / 592)
     ref = reference_figures(tasks, full, refs)
-    assert ref["capped_items"] == 2 and ref["reference_settled"]["value"] == 0.5
+    assert ref["capped_items"] == 2 and ref["reference_settled"]["value"] == 0.5 and ref["answer_capped_items"] == 0
+    full[1] = result(tasks[1], "4", finish="length")
+    s = summarize(tasks, full, ours, 1.0, {**refs, tasks[1].id: result(tasks[1], "4", 40, finish="length")})
+    assert s["kept_settled"]["n"] == 1 and s["capped_accuracy_change"]["n"] == 3, "the answer-capped item is capped"
+    assert s["answer_loss"]["value"] == 0.5, "its right answer turned wrong: still a real loss"
+    ref = reference_figures(tasks, full, {**refs, tasks[1].id: result(tasks[1], "4", 40, finish="length")})
+    assert ref["capped_items"] == 3 and ref["answer_capped_items"] == 1 and ref["settled_items"] == 1
     assert ref["full_agrees_with_reference"]["value"] == 1.0
 
 
@@ -168,6 +181,12 @@ def test_a_saved_split_run_is_analysed_again_to_the_same_report(tmp_path):
     (tmp_path / "other.json").write_text('{"model": "m"}')
     with pytest.raises(ValueError, match="not the savings.json of a split run"):
         heldout.load_experiment(tmp_path / "other.json")
+    old = json.loads((tmp_path / "savings.json").read_text())
+    for r in old["per_item"]["full"]:
+        del r["finish_reason"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match="predates finish reasons.*without --baseline or --answers"):
+        heldout.load_experiment(tmp_path / "old.json")
 
 
 def test_a_baseline_run_supplies_the_full_and_reference_answers_and_only_steered_methods_run(monkeypatch, tmp_path):

@@ -53,6 +53,10 @@ def test_split_bench_calibrates_without_the_held_out_family_and_reports_every_fa
         assert set(r["compared"]) == {"default", "dynasor", "vllm_budget"}
     ref = report["reference"]
     assert ref["settled_items"] + ref["capped_items"] == 6 and len(report["references"]) == ref["capped_items"]
+    full = report["per_item"]["full"]
+    assert {r["finish_reason"] for r in full} <= {"stop", "length"}
+    assert {r["id"] for r in full if r["finish_reason"] == "length" or r["reason"] == "reasoning_budget"} == set(
+        report["references"]), "every run that did not end by itself, and only those, has a reference"
     assert report["paraphrase"]["method"] == "default" and 0 <= report["paraphrase"]["pairs"] <= 3
     assert (tmp_path / "savings.png").stat().st_size > 1000
 
