@@ -179,7 +179,7 @@ def table(report: dict[str, Any]) -> str:
     ref = report["reference"]
     lines = [f"leave-one-family-out, epsilon {split['epsilon']}, delta {split['delta']}; the full run settled "
              f"{ref['settled_items']} items and was capped on {ref['capped_items']} ({ref['answer_capped_items']} "
-             f"of them answers that ran into the output cap); their {REFERENCE_SCALE}x-budget reference settled "
+             f"of them answers that ran into the output cap after the reasoning closed); their {REFERENCE_SCALE}x-budget reference settled "
              f"{_percent(ref['reference_settled'])}, the full answer agreeing on "
              f"{_percent(ref['full_agrees_with_reference'])}", head, "-" * len(head)]
     for r in split["families"]:
@@ -188,8 +188,8 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"{r['family']:<15} {r['chosen']:<10} {interval(h['kept_settled'], 100):>22} "
                      f"{interval(h['capped_accuracy_change'], 100):>22} {interval(h['accuracy_change'], 100):>20} "
                      f"{interval(h['reasoning_saved'], 100):>22} {100 * h['answer_loss']['value']:>7.1f} {bound:>8}")
-    lines.append("reasoning saved where the full run settled / in rambles it ran into the cap (those rambles' share "
-                 "of its reasoning):")
+    lines.append("reasoning saved where the full run closed its reasoning / in rambles it ran into the reasoning "
+                 "budget (those rambles' share of its reasoning):")
     lines.extend(f"  {r['family']:<15} {_percent(r['held_out']['reasoning_saved_settled'])} / "
                  f"{_percent(r['held_out']['reasoning_saved_capped'])} "
                  f"({100 * r['held_out']['capped_reasoning_share']:.0f}%)" for r in split["families"])

@@ -117,7 +117,12 @@ class ItemResult:
     def capped(self) -> bool:
         """The run did not end by itself: it hit its reasoning budget, or its answer ran into the output cap (a
         repeating answer cut at an arbitrary point is no more a reference than a capped ramble)."""
-        return self.reason == BUDGET or self.finish_reason == OUTPUT_CAP
+        return self.rambled or self.finish_reason == OUTPUT_CAP
+
+    @property
+    def rambled(self) -> bool:
+        """The run hit its reasoning budget instead of closing its reasoning itself."""
+        return self.reason == BUDGET
 
     @property
     def spent(self) -> int:
@@ -171,8 +176,9 @@ def run_method(model: ChatGravity, tasks: Sequence[Task], config: GravityConfig 
 def answer_lost(task: Task, full: ItemResult, result: ItemResult, reference: ItemResult | None = None) -> bool:
     """Whether an early exit lost the answer: the one real loss a reader can count.
 
-    Where the full run closed its reasoning itself, any change of answer is a loss. Where it ran into the cap
-    its answer is close to arbitrary, so only a real loss counts: a graded item the full run got right and
+    Where the full run ended by itself (reasoning closed, answer finished), any change of answer is a loss.
+    Where it ran into a cap (reasoning budget, or the output cap in its answer) its answer is close to
+    arbitrary, so only a real loss counts: a graded item the full run got right and
     this run gets wrong, or a free-text item whose full answer matched a settled longer-budget ``reference``
     that this run no longer matches.
     """
@@ -192,6 +198,8 @@ def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[
     capped = [i for i, f in enumerate(full) if f.capped]
     graded_capped = [i for i in capped if tasks[i].answer is not None]
     judged = [i for i in capped if tasks[i].id in references and not references[tasks[i].id].capped]
+    rambles = [i for i, f in enumerate(full) if f.rambled]
+    closed = [i for i, f in enumerate(full) if not f.rambled]
     lost = [answer_lost(tasks[i], full[i], results[i], references.get(tasks[i].id)) for i in range(len(tasks))]
     where = [results[i].reasoning_tokens / max(1, full[i].reasoning_tokens) for i in range(len(tasks)) if lost[i]]
     return {
@@ -210,12 +218,13 @@ def _split_figures(tasks: Sequence[Task], full: list[ItemResult], results: list[
         "capped_kept_vs_reference": _stats.wilson(
             sum(agrees(tasks[i], references[tasks[i].id].answer, results[i].answer) for i in judged), len(judged)),
         "answer_loss": _stats.wilson(sum(lost), len(lost)),
-        # where the saving comes from: settled reasoning cut short, or rambles that would have run into the cap
-        "reasoning_saved_settled": _stats.saving_ci([full[i].reasoning_tokens for i in settled],
-                                                    [results[i].reasoning_tokens for i in settled]),
-        "reasoning_saved_capped": _stats.saving_ci([full[i].reasoning_tokens for i in capped],
-                                                   [results[i].reasoning_tokens for i in capped]),
-        "capped_reasoning_share": sum(full[i].reasoning_tokens for i in capped)
+        # where the saving comes from: reasoning the model closed itself cut short, or rambles that would have run
+        # into the reasoning budget
+        "reasoning_saved_settled": _stats.saving_ci([full[i].reasoning_tokens for i in closed],
+                                                    [results[i].reasoning_tokens for i in closed]),
+        "reasoning_saved_capped": _stats.saving_ci([full[i].reasoning_tokens for i in rambles],
+                                                   [results[i].reasoning_tokens for i in rambles]),
+        "capped_reasoning_share": sum(full[i].reasoning_tokens for i in rambles)
         / max(1, sum(f.reasoning_tokens for f in full)),
     }
 
@@ -260,7 +269,8 @@ def reference_figures(tasks: Sequence[Task], full: list[ItemResult],
     return {
         "settled_items": len(full) - len(capped),
         "capped_items": len(capped),
-        "answer_capped_items": sum(f.reason != BUDGET for _, f in capped),
+        # reasoning closed by the model, then the answer ran into the output cap
+        "answer_capped_items": sum(not f.rambled for _, f in capped),
         "reference_settled": _stats.wilson(len(settled), len(capped)),
         "full_agrees_with_reference": _stats.wilson(
             sum(agrees(t, references[t.id].answer, f.answer) for t, f in settled), len(settled)),

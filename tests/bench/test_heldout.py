@@ -71,9 +71,29 @@ def test_summary_splits_settled_and_capped_items_and_judges_capped_ones_by_accur
     s = summarize(tasks, full, ours, 1.0, {**refs, tasks[1].id: result(tasks[1], "4", 40, finish="length")})
     assert s["kept_settled"]["n"] == 1 and s["capped_accuracy_change"]["n"] == 3, "the answer-capped item is capped"
     assert s["answer_loss"]["value"] == 0.5, "its right answer turned wrong: still a real loss"
+    assert s["reasoning_saved_settled"]["value"] == pytest.approx(1 - 50 / 80) and s["capped_reasoning_share"] == \
+        pytest.approx(512 / 592), "its reasoning closed by itself: it is no ramble in where the saving comes from"
     ref = reference_figures(tasks, full, {**refs, tasks[1].id: result(tasks[1], "4", 40, finish="length")})
     assert ref["capped_items"] == 3 and ref["answer_capped_items"] == 1 and ref["settled_items"] == 1
     assert ref["full_agrees_with_reference"]["value"] == 1.0
+
+
+def test_references_get_more_reasoning_and_more_answer_budget_for_the_capped_items_only(monkeypatch):
+    from agent_gravity.bench import savings
+
+    seen = []
+
+    def run_method(model, tasks, config, concurrency):
+        seen.append((config, [t.id for t in tasks]))
+        return [result(t, "4", 300) for t in tasks], 1.0
+
+    monkeypatch.setattr(savings, "run_method", run_method)
+    tasks = [task("alpha", i) for i in range(3)]
+    full = [result(tasks[0], "4"), result(tasks[1], "4", 256, capped=True), result(tasks[2], "4", finish="length")]
+    refs = savings.run_references(None, tasks, full, 2)
+    (config, ids), = seen
+    assert ids == [tasks[1].id, tasks[2].id] and set(refs) == set(ids) and not config.enabled
+    assert (config.max_reasoning_tokens, config.max_answer_tokens) == (1024, 1024), "4x both budgets"
 
 
 def test_no_item_of_the_held_out_family_reaches_calibration():
@@ -157,7 +177,8 @@ def test_the_split_table_names_every_family_the_worst_why_answers_were_lost_and_
     assert "why default lost answers: by exit {'gravity': 20} (0 with all of the full run's reasoning" in text
     assert "least probe confidence 0.30" in text
     assert not math.isnan(report["split"]["mean"]["reasoning_saved"])
-    assert "in rambles it ran into the cap" in text and "(0%)" in text, "no family here had a capped ramble"
+    assert "in rambles it ran into the reasoning budget" in text and "(0%)" in text, "no family had a capped ramble"
+    assert "the full run settled 180 items and was capped on 0 (0 of them answers" in text
 
 
 def test_a_free_text_family_is_not_failed_on_accuracy_it_cannot_have():
