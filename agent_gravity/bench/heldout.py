@@ -179,8 +179,9 @@ def table(report: dict[str, Any]) -> str:
     ref = report["reference"]
     lines = [f"leave-one-family-out, epsilon {split['epsilon']}, delta {split['delta']}; the full run settled "
              f"{ref['settled_items']} items and was capped on {ref['capped_items']} ({ref['answer_capped_items']} "
-             f"of them answers that ran into the output cap after the reasoning closed); their {REFERENCE_SCALE}x-budget reference settled "
-             f"{_percent(ref['reference_settled'])}, the full answer agreeing on "
+             f"of them answers that ran into the output cap after the reasoning closed); their "
+             f"{REFERENCE_SCALE}x-budget reference settled {_percent(ref['reference_settled'])}, the full answer "
+             f"agreeing on "
              f"{_percent(ref['full_agrees_with_reference'])}", head, "-" * len(head)]
     for r in split["families"]:
         h = r["held_out"]
