@@ -181,8 +181,7 @@ def table(report: dict[str, Any]) -> str:
              f"{ref['settled_items']} items and was capped on {ref['capped_items']} ({ref['answer_capped_items']} "
              f"of them answers that ran into the output cap after the reasoning closed); their "
              f"{REFERENCE_SCALE}x-budget reference settled {_percent(ref['reference_settled'])}, the full answer "
-             f"agreeing on "
-             f"{_percent(ref['full_agrees_with_reference'])}", head, "-" * len(head)]
+             f"agreeing on {_percent(ref['full_agrees_with_reference'])}", head, "-" * len(head)]
     for r in split["families"]:
         h = r["held_out"]
         bound = f"{100 * r['bound']:.1f}" if r["bound"] is not None else "none"
