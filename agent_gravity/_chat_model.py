@@ -600,7 +600,7 @@ class ChatGravity(BaseChatModel):
         session, trimmed = call.backend.sessions[report.id], None
         if session.cache.next_position - session.trimmed_until - kv.window > kv.trim_above:
             trimmed = dataclasses.asdict(call.backend.trim(report.id, trim_policy_from_spec(kv.policy), kv.ratio,
-                                                           kv.sinks, kv.window))
+                                                           kv.sinks, kv.window, bits=kv.kept_bits))
         return {"quantize": quantized, "trim": trimmed}
 
     @staticmethod

@@ -503,7 +503,7 @@ def _bench_soak(args: argparse.Namespace) -> int:
 
 
 _KV_POLICIES = ("reconstruction", "head_entropy", "snapkv", "streaming_llm", "snapkv_protect", "int8_gravity",
-                "head_entropy_int8")
+                "head_entropy_int8", "reconstruction_int8")
 """bench kv's policies (agent_gravity.bench.kv.POLICIES), listed here so that --help needs no torch."""
 _GROUPS = ("full", "lossless", "lossless+layers", "never-zone", "kv8", "kv4", "skip", "skip+kv8", "skip10", "top2")
 """bench groups' groups (agent_gravity.bench.groups.GROUPS), listed here for the same reason."""

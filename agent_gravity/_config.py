@@ -161,7 +161,8 @@ class KVConfig(BaseModel):
 
     After a call with a ``conversation_id``, once the conversation's cache holds more than
     ``trim_above`` tokens written since its last trim, that stretch is trimmed with ``policy``
-    to about ``1 / ratio`` per KV head, keeping ``sinks`` and the last ``window`` tokens. Before
+    to about ``1 / ratio`` per KV head, keeping ``sinks`` and the last ``window`` tokens (what it keeps stored in
+    ``kept_bits`` bits, when set). Before
     that, after every such call, the entries read or written inside a gravity zone (``zone_patience``
     tokens whose mean next-token entropy is under ``quantize_below`` nats) are stored in 8 bits
     instead of being trimmed.
@@ -176,6 +177,9 @@ class KVConfig(BaseModel):
     sinks: int = Field(4, ge=0, le=MAX_WINDOW)
     window: int = Field(32, ge=1, le=MAX_TOKENS)
     trim_above: int = Field(1024, ge=1, le=MAX_TOKENS)
+    kept_bits: Literal[8, 4] | None = None
+    """Store the entries a trim keeps (past the sinks, before the window) in 8 or 4 bits; None keeps them at full
+    precision. Give ``ratio`` as entries: at ``ratio=1.1, kept_bits=8`` a float32 cache holds about 4x fewer bytes."""
     quantize_below: float | None = Field(0.5, gt=0, le=MAX_NATS, allow_inf_nan=False)
     """Entropy (nats) under which a stretch is a gravity zone, stored in 8 bits; None keeps every entry at full
     precision."""

@@ -87,6 +87,15 @@ def quantize_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tenso
     return codes.to(torch.int8), scale[..., 0]
 
 
+def packed_share(head_dim: int, dtype: torch.dtype, bits: int) -> float:
+    """Bytes of one entry (key, value, position) stored in ``bits`` bits over its bytes at full precision."""
+    rows = torch.zeros(1, head_dim, dtype=dtype)
+    position = torch.zeros(1, dtype=torch.long)
+    packed = PackedKV.pack(rows, rows, position, bits)
+    return (sum(t.numel() * t.element_size() for t in packed.tensors())
+            / (2 * rows.numel() * rows.element_size() + position.element_size()))
+
+
 def dequantize_rows(codes: torch.Tensor, scales: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
     """The ``[n, dim]`` rows that ``quantize_rows`` stored as ``codes`` and ``scales``, in ``dtype``."""
     if bits == 4:

@@ -30,7 +30,7 @@ from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_layers, middle_layers, skipping
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
-from agent_gravity.backends._ragged_cache import RaggedCache
+from agent_gravity.backends._ragged_cache import GROUP, RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
 from agent_gravity.backends._ragged_cache import unused_mask
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
@@ -63,6 +63,8 @@ class TrimReport:
     bytes_after: int
     entries_before: int
     entries_after: int
+    bits: int | None = None
+    """Bits the trim stored its kept entries in; None: full precision."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -211,13 +213,16 @@ class TransformersBackend(HFTokenizerMethods):
         return self.sessions[session_id]
 
     def trim(self, session_id: str, policy: TrimPolicy, ratio: float, sinks: int = 4, window: int = 32,
-             protect: bool = True) -> TrimReport:
+             protect: bool = True, bits: int | None = None) -> TrimReport:
         """Trim the stretch of a session's cache written since its last trim: keep the first ``sinks`` and
         the last ``window`` entries, and of the rest what ``policy`` picks, about ``1 / ratio`` of it per KV
-        head (exact values too, with ``protect``). What is evicted is freed; what stays is never trimmed again.
+        head (exact values too, with ``protect``). What is evicted is freed; what stays is never trimmed again,
+        and with ``bits`` (8 or 4) the stretch's kept entries are stored in that many bits.
         """
         if ratio < 1:
             raise TrimBudgetError(f"ratio {ratio} would keep more than there is; use 1 or more (2, 4, 8...)")
+        if bits is not None and bits not in GROUP:
+            raise ValueError(f"a trim stores the entries it keeps in 8 or 4 bits, not {bits}; pass 8, 4 or None")
         with self._lock:
             session = self.session(session_id)
             cache = session.cache
@@ -230,24 +235,34 @@ class TransformersBackend(HFTokenizerMethods):
                     "and window")
             before = cache.nbytes()
             if end > start:
-                protected = (exact_value_positions(session.ids, self.token_texts) if protect
-                             else torch.zeros(0, dtype=torch.long))
-                scores = self._reconstruction_scores(session, policy, start, end)
-                inside = [[(h.positions >= start) & (h.positions < end) for h in heads] for heads in cache.heads]
-                stretches: Iterable[LayerStretch] = (
-                    self._stretch(cache, layer, inside[layer], protected, None if scores is None else scores[layer])
-                    for layer in range(self._shape[0]))
-                share = getattr(policy, "layer_budgets", None)
-                if share:  # a budget shared among layers needs them all at once; otherwise one layer at a time
-                    stretches = list(stretches)
-                    budgets: Iterable[Budget] = share(stretches, Budget(ratio))
-                else:
-                    budgets = itertools.repeat(Budget(ratio))
-                for stretch, budget, masks in zip(stretches, budgets, inside):
-                    cache.keep(stretch.layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
-                                               for m, k in zip(masks, policy.select(stretch, budget))])
+                if ratio > 1:  # at 1 every entry stays: no scoring pass
+                    self._evict(session, policy, ratio, start, end, protect)
+                if bits is not None:
+                    cache.quantize(torch.arange(start, end), bits)
                 session.trimmed_until = end
-            return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())))
+            return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())),
+                              bits)
+
+    def _evict(self, session: KVSession, policy: TrimPolicy, ratio: float, start: int, end: int,
+               protect: bool) -> None:
+        """Keep what ``policy`` picks of ``[start, end)``, about ``1 / ratio`` per KV head; free the rest."""
+        cache = session.cache
+        protected = (exact_value_positions(session.ids, self.token_texts) if protect
+                     else torch.zeros(0, dtype=torch.long))
+        scores = self._reconstruction_scores(session, policy, start, end)
+        inside = [[(h.positions >= start) & (h.positions < end) for h in heads] for heads in cache.heads]
+        stretches: Iterable[LayerStretch] = (
+            self._stretch(cache, layer, inside[layer], protected, None if scores is None else scores[layer])
+            for layer in range(self._shape[0]))
+        share = getattr(policy, "layer_budgets", None)
+        if share:  # a budget shared among layers needs them all at once; otherwise one layer at a time
+            stretches = list(stretches)
+            budgets: Iterable[Budget] = share(stretches, Budget(ratio))
+        else:
+            budgets = itertools.repeat(Budget(ratio))
+        for stretch, budget, masks in zip(stretches, budgets, inside):
+            cache.keep(stretch.layer, [torch.cat([torch.nonzero(~m).flatten(), torch.nonzero(m).flatten()[k]])
+                                       for m, k in zip(masks, policy.select(stretch, budget))])
 
     def quantize(self, session_id: str, zone: GravityZone, sinks: int = 4, window: int = 32) -> TrimReport:
         """Store in 8 bits the entries of a session's cache that lie in a gravity ``zone``, past its sinks and
@@ -258,7 +273,7 @@ class TransformersBackend(HFTokenizerMethods):
             before, held = cache.nbytes(), sum(map(sum, cache.lengths()))
             cache.quantize(zone.positions(cache.entropy, max(session.trimmed_until, sinks),
                                           cache.next_position - window))
-            return TrimReport(session_id, "int8_gravity", before, cache.nbytes(), held, held)
+            return TrimReport(session_id, "int8_gravity", before, cache.nbytes(), held, held, 8)
 
     def _reconstruction_scores(self, session: KVSession, policy: TrimPolicy, start: int,
                                end: int) -> list[list[torch.Tensor]] | None:

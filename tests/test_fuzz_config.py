@@ -57,7 +57,7 @@ kv = st.fixed_dictionaries({}, optional={
                             ["pool", "rigid_below", "rigid_share", "protect", "x"]), numbers | leaves, max_size=2))
     | json_values,
     **{name: numbers | leaves for name in ("ratio", "sinks", "window", "trim_above", "quantize_below",
-                                           "zone_patience", "compact_tool_outputs", "trim")}})
+                                           "zone_patience", "compact_tool_outputs", "trim", "kept_bits")}})
 
 SEEN: Counter[str] = Counter()
 

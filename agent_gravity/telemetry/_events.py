@@ -44,7 +44,8 @@ def gravity_events(gravity: dict[str, Any], output_tokens: int) -> list[tuple[st
                                      GRAVITY_PREFIX + "kv.bytes_before": report["bytes_before"],
                                      GRAVITY_PREFIX + "kv.bytes_after": report["bytes_after"],
                                      GRAVITY_PREFIX + "kv.entries_before": report["entries_before"],
-                                     GRAVITY_PREFIX + "kv.entries_after": report["entries_after"]}))
+                                     GRAVITY_PREFIX + "kv.entries_after": report["entries_after"],
+                                     **({GRAVITY_PREFIX + "kv.bits": report["bits"]} if report.get("bits") else {})}))
     compute = gravity.get("compute") or {}
     for action, keys in COMPUTE_EVENTS.items():  # what each zone action did, when it did anything
         report = compute.get(action)

@@ -133,3 +133,17 @@ def test_a_chat_model_with_kv_config_stores_gravity_zones_in_8_bits_each_turn(tr
     assert plain.invoke([long], conversation_id="kv-fp").response_metadata["gravity"]["session"]["quantize"] is None
     for sid in ("kv-int8", "kv-fp"):
         transformers_backend.end_session(sid)
+
+
+def test_a_chat_model_can_trim_into_8_bits_and_says_so(transformers_backend, spans):
+    kv = KVConfig(policy={"name": "streaming_llm"}, ratio=2, trim_above=16, quantize_below=None, kept_bits=8)
+    chat = ChatGravity(backend=transformers_backend, gravity=GravityConfig(enabled=False), max_tokens=4, kv=kv)
+    long = HumanMessage("Log:\n" + "\n".join(f"line {i}: all fine" for i in range(40)) + "\nSummarise the log.")
+    trim = chat.invoke([long], conversation_id="kv-bits").response_metadata["gravity"]["session"]["trim"]
+    assert trim["bits"] == 8 and trim["bytes_after"] < trim["bytes_before"] / 3  # 2x fewer entries, 8 bits
+    assert transformers_backend.sessions["kv-bits"].cache.packed() > 0
+    (span,) = [s for s in spans.get_finished_spans() if s.name.startswith("chat ")]
+    (event,) = [e for e in span.events if e.name == "agent_gravity.kv_trim"]
+    assert event.attributes["agent_gravity.kv.bits"] == 8 and event.attributes["agent_gravity.kv.action"] == "trim"
+    transformers_backend.end_session("kv-bits")
+

@@ -79,6 +79,29 @@ def test_a_history_changed_inside_the_trimmed_part_starts_over_and_says_so(trans
     assert meta["reused_tokens"] == 0 and "different history" in meta["reset"] and "stale" in meta["reset"]
 
 
+def test_a_trim_stores_what_it_keeps_in_fewer_bits_and_the_session_goes_on(transformers_backend, session):
+    backend, policy = transformers_backend, trim_policy_from_spec({"name": "snapkv"})
+    backend.fork_session(session, f"{session}-fp")
+    plain = backend.trim(f"{session}-fp", policy, ratio=2, sinks=SINKS, window=WINDOW)
+    cache = backend.sessions[session].cache
+    with pytest.raises(ValueError, match="in 8 or 4 bits, not 3; pass 8, 4 or None"):
+        backend.trim(session, policy, ratio=2, bits=3)
+    assert cache.nbytes() == plain.bytes_before and cache.packed() == 0  # refused before anything changed
+    packed = backend.trim(session, policy, ratio=2, sinks=SINKS, window=WINDOW, bits=8)
+    assert packed.bits == 8 and plain.bits is None and packed.entries_after == plain.entries_after
+    assert packed.bytes_after < plain.bytes_after / 2  # the sinks and window stay at full precision
+    end = cache.next_position - WINDOW
+    fp = backend.sessions[f"{session}-fp"].cache
+    for layer, fp_layer in zip(cache.heads, fp.heads):
+        for head, fp_head in zip(layer, fp_layer):
+            assert sorted(head.packed_positions().tolist()) == [p for p in fp_head.positions.tolist()
+                                                                if SINKS <= p < end]
+            assert head.positions.tolist() == [*range(SINKS), *range(end, cache.next_position)]
+    reply = chat_on(backend).invoke([*HISTORY, QUESTION], conversation_id=session)
+    assert reply.response_metadata["gravity"]["session"]["reused_tokens"] > 0
+    backend.end_session(f"{session}-fp")
+
+
 def test_bad_trims_get_clear_errors(transformers_backend, session):
     policy = trim_policy_from_spec({"name": "streaming_llm"})
     with pytest.raises(TrimBudgetError, match="cannot hold its 4 sinks and 32-token window"):
