@@ -178,8 +178,9 @@ class KVConfig(BaseModel):
     window: int = Field(32, ge=1, le=MAX_TOKENS)
     trim_above: int = Field(1024, ge=1, le=MAX_TOKENS)
     kept_bits: Literal[8, 4] | None = None
-    """Store the entries a trim keeps (past the sinks, before the window) in 8 or 4 bits; None keeps them at full
-    precision. Give ``ratio`` as entries: at ``ratio=1.1, kept_bits=8`` a float32 cache holds about 4x fewer bytes."""
+    """Store the entries a trim keeps (past the sinks, before the window; exact values too) in 8 or 4 bits; None
+    keeps them at full precision. ``ratio`` still counts entries: with ``policy={"name": "reconstruction"}``,
+    ``ratio=1.1, kept_bits=8`` leaves a float32 stretch about 4x fewer bytes."""
     quantize_below: float | None = Field(0.5, gt=0, le=MAX_NATS, allow_inf_nan=False)
     """Entropy (nats) under which a stretch is a gravity zone, stored in 8 bits; None keeps every entry at full
     precision."""

@@ -217,11 +217,12 @@ class TransformersBackend(HFTokenizerMethods):
         """Trim the stretch of a session's cache written since its last trim: keep the first ``sinks`` and
         the last ``window`` entries, and of the rest what ``policy`` picks, about ``1 / ratio`` of it per KV
         head (exact values too, with ``protect``). What is evicted is freed; what stays is never trimmed again,
-        and with ``bits`` (8 or 4) the stretch's kept entries are stored in that many bits.
+        and with ``bits`` (8 or 4) the stretch's kept entries, exact values included, are stored in that many bits.
+        At ``ratio=1`` every entry stays (no scoring pass).
         """
         if ratio < 1:
             raise TrimBudgetError(f"ratio {ratio} would keep more than there is; use 1 or more (2, 4, 8...)")
-        if bits is not None and bits not in GROUP:
+        if bits is not None and (type(bits) is not int or bits not in GROUP):
             raise ValueError(f"a trim stores the entries it keeps in 8 or 4 bits, not {bits}; pass 8, 4 or None")
         with self._lock:
             session = self.session(session_id)

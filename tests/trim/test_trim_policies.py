@@ -84,8 +84,9 @@ def test_a_trim_stores_what_it_keeps_in_fewer_bits_and_the_session_goes_on(trans
     backend.fork_session(session, f"{session}-fp")
     plain = backend.trim(f"{session}-fp", policy, ratio=2, sinks=SINKS, window=WINDOW)
     cache = backend.sessions[session].cache
-    with pytest.raises(ValueError, match="in 8 or 4 bits, not 3; pass 8, 4 or None"):
-        backend.trim(session, policy, ratio=2, bits=3)
+    for bad in (3, 8.0):
+        with pytest.raises(ValueError, match=f"in 8 or 4 bits, not {bad}; pass 8, 4 or None"):
+            backend.trim(session, policy, ratio=2, bits=bad)
     assert cache.nbytes() == plain.bytes_before and cache.packed() == 0  # refused before anything changed
     packed = backend.trim(session, policy, ratio=2, sinks=SINKS, window=WINDOW, bits=8)
     assert packed.bits == 8 and plain.bits is None and packed.entries_after == plain.entries_after
