@@ -292,7 +292,7 @@ def _bench_kv(args: argparse.Namespace) -> int:
 
     if args.transcripts < 1 or any(b <= 1 for b in args.budgets):
         raise SystemExit("--transcripts must be at least 1 and every --budgets value above 1 (2 4 8: x fewer bytes)")
-    transcripts = generate_transcripts(args.transcripts, args.seed, args.noise_lines)
+    transcripts = generate_transcripts(args.transcripts, args.seed, args.noise_lines, args.families)
     with contextlib.redirect_stdout(sys.stderr):
         backend = _transformers_backend(args.model)
         report = kv.main(backend, transcripts, args.policies, args.budgets, Path(args.out),
@@ -517,6 +517,8 @@ def _report_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from agent_gravity.bench.kv_tasks import FAMILIES as KV_FAMILIES  # stdlib only: --help stays light
+
     parser = argparse.ArgumentParser(prog="agent-gravity", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="answer a few reasoning questions with gravity off and on")
@@ -585,9 +587,12 @@ def build_parser() -> argparse.ArgumentParser:
     _report_arguments(agt, "agents")
     agt.set_defaults(run=_bench_agents)
     kvp = benches.add_parser("kv", help="KV trim policies: bytes held against exact-value recall and agreement")
-    kvp.add_argument("--transcripts", type=int, default=12, help="seeded transcripts to run (default 12)")
+    kvp.add_argument("--transcripts", type=int, default=4, help="seeded transcripts per family (default 4)")
+    kvp.add_argument("--families", nargs="+", default=list(KV_FAMILIES), choices=KV_FAMILIES,
+                     help="transcript families, each worded its own way (default: all five)")
     kvp.add_argument("--seed", type=int, default=11)
-    kvp.add_argument("--noise-lines", type=int, default=30, help="log lines around each buried value (default 30)")
+    kvp.add_argument("--noise-lines", type=int, default=30,
+                     help="noise units (log lines, records, rows, sentences, settings) around each value (default 30)")
     kvp.add_argument("--policies", nargs="+", default=list(_KV_POLICIES), choices=_KV_POLICIES)
     kvp.add_argument("--budgets", type=float, nargs="+", default=[2, 4, 8], help="x fewer bytes to hold")
     _report_arguments(kvp, "kv")

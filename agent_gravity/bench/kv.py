@@ -22,7 +22,7 @@ from agent_gravity.backends.base import GenerationRequest, SamplingSettings, dra
 from agent_gravity.backends.local_transformers import TransformersBackend
 from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench._stats import mean_ci
-from agent_gravity.bench.kv_tasks import Question, Transcript
+from agent_gravity.bench.kv_tasks import TURNS, Question, Transcript
 from agent_gravity.trim import GravityZone, TrimBudgetError, TrimPolicy, trim_policy_from_spec
 
 POLICIES: dict[str, dict[str, Any]] = {
@@ -185,7 +185,8 @@ def _known(backend: TransformersBackend, base: str, prompt: list[int], name: str
 def _answered(backend: TransformersBackend, t: Transcript, q: Question, prompt: list[int], full: Answer, name: str,
               budget: float, mode: str, trimmed: Trimmed | str) -> dict[str, Any]:
     if isinstance(trimmed, str):
-        return {"transcript": t.id, "method": name, "budget": budget, "mode": mode, "unreachable": trimmed}
+        return {"transcript": t.id, "family": t.family, "method": name, "budget": budget, "mode": mode,
+                "unreachable": trimmed}
     sid = f"{trimmed.session}-answer"
     backend.fork_session(trimmed.session, sid)
     got = answer(backend, sid, prompt, len(full.ids))
@@ -199,14 +200,57 @@ def _answered(backend: TransformersBackend, t: Transcript, q: Question, prompt: 
 
 def _row(t: Transcript, q: Question, method: str, budget: float, mode: str, held: int, got: Answer, full: Answer,
          agree: list[float], trim_seconds: float) -> dict[str, Any]:
-    return {"transcript": t.id, "turn": q.turn, "value": q.value, "method": method, "budget": budget, "mode": mode,
+    return {"transcript": t.id, "family": t.family, "turn": q.turn, "value": q.value, "method": method,
+            "budget": budget, "mode": mode,
             "bytes": held, "recall": recalled(got.text, q.value), "full_recall": recalled(full.text, q.value),
             "agreement": sum(agree) / len(agree) if agree else 0.0, "seconds": got.seconds,
             "trim_seconds": trim_seconds, "answer": got.text}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per (method, budget, mode): means over transcripts with 95% intervals."""
+    """Per (method, budget, mode): means over transcripts with 95% intervals; with several transcript families,
+    the same per family, and the goal's worst family."""
+    report = _summary(rows)
+    names = sorted({r["family"] for r in rows})
+    if len(names) > 1:
+        families = {name: _summary([r for r in rows if r["family"] == name]) for name in names}
+        report["families"] = families
+        report["worst_family"] = _worst(families)
+    return report
+
+
+def _worst(families: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode, the family where ``GOAL["method"]`` keeps the least of the full cache's recall, and where it
+    agrees least; and whether the goal holds in every family."""
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        checked = {name: f for name, f in families.items() if mode in f["goal"]}
+        if not checked:
+            continue
+        share, agree = {}, {}
+        for name, f in checked.items():
+            full = next(m for m in f["methods"] if m["method"] == "full")["recall"]["value"]
+            ours = next(m for m in f["methods"] if (m["method"], m["budget"], m["mode"]) ==
+                        (GOAL["method"], GOAL["budget"], mode))
+            share[name] = ours["recall"]["value"] / full if full else None
+            agree[name] = ours["agreement"]["value"]
+        known = {n: v for n, v in share.items() if v is not None}
+        out[mode] = {"recall_of_full": _least(known) if known else None, "agreement": _least(agree),
+                     "no_full_recall": sorted(n for n, v in share.items() if v is None),
+                     "goal_met_everywhere": all(_met(f["goal"][mode]) for f in checked.values())}
+    return out
+
+
+def _least(values: dict[str, float]) -> dict[str, Any]:
+    family = min(values, key=values.__getitem__)
+    return {"family": family, "value": values[family]}
+
+
+def _met(goal: dict[str, Any]) -> bool:
+    return goal["recall"] and goal["agreement"] and all(goal["beats"].values())
+
+
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     groups: dict[tuple, list[dict[str, Any]]] = {}
     unreachable = sorted({(r["method"], r["budget"], r["mode"]) for r in rows if "unreachable" in r})
     for r in rows:
@@ -224,7 +268,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     "seconds": mean_ci(_per_transcript(rs, "seconds")),
                     "trim_seconds": mean_ci(_per_transcript(rs, "trim_seconds")),
                     "recall_by_turn": {turn: _rate([r["recall"] for r in rs if r["turn"] == turn])
-                                       for turn in ("early", "middle", "late")}})
+                                       for turn in TURNS}})
     return {"methods": out, "goal": _goal(out),
             "unreachable": [{"method": m, "budget": b, "mode": mode} for m, b, mode in unreachable]}
 
@@ -270,7 +314,9 @@ def run(backend: TransformersBackend, transcripts: Sequence[Transcript], names: 
     for t in transcripts:
         on_transcript(t.id)
         rows += run_transcript(backend, t, methods, budgets)
-    return {**summarize(rows), "settings": {"transcripts": len(transcripts), "policies": list(names),
+    return {**summarize(rows), "settings": {"transcripts": len(transcripts),
+                                            "families": sorted({t.family for t in transcripts}),
+                                            "policies": list(names),
                                             "budgets": list(budgets), "sinks": SINKS, "window": WINDOW,
                                             "model": backend.model_name}, "rows": rows}
 
@@ -291,7 +337,30 @@ def table(report: dict[str, Any]) -> str:
               + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in goal[mode].items() if k != "beats")
               + "".join(f", beats {r} {'yes' if v else 'no'}" for r, v in goal[mode]["beats"].items())
               for mode in MODES if goal["checked"] and mode in goal]
-    return "\n".join(lines)
+    return "\n".join(lines + _family_lines(report))
+
+
+def _family_lines(report: dict[str, Any]) -> list[str]:
+    """Per family and trimmed method: recall beside the full cache's, and top-1 agreement; then the worst family."""
+    if "families" not in report:
+        return []
+    head = f"{'family':<8} {'method':<20} {'budget':>6} {'mode':>8} {'recall % (full %)':>18} {'top-1 agree %':>14}"
+    lines = ["", "by transcript family (intervals in the JSON):", head, "-" * len(head)]
+    for name, f in report["families"].items():
+        full, *trimmed = f["methods"]  # summaries list the full cache first
+        for m in trimmed:
+            recall = f"{100 * m['recall']['value']:.1f} ({100 * full['recall']['value']:.1f})"
+            lines.append(f"{name:<8} {m['method']:<20} {m['budget']:>6} {m['mode']:>8} {recall:>18} "
+                         f"{100 * m['agreement']['value']:>14.1f}")
+    for mode, w in report["worst_family"].items():
+        share = ("-" if w["recall_of_full"] is None else
+                 f"{100 * w['recall_of_full']['value']:.1f}% of the full cache's ({w['recall_of_full']['family']})")
+        lines.append(f"worst family ({GOAL['method']}, {GOAL['budget']}x, {mode}): recall {share}, agreement "
+                     f"{100 * w['agreement']['value']:.1f}% ({w['agreement']['family']})"
+                     + (f"; the full cache recalls nothing in {', '.join(w['no_full_recall'])}"
+                        if w["no_full_recall"] else "")
+                     + f"; goal met in every family: {'yes' if w['goal_met_everywhere'] else 'no'}")
+    return lines
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:
