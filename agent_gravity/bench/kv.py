@@ -201,8 +201,8 @@ def _answered(backend: TransformersBackend, t: Transcript, q: Question, prompt: 
 def _row(t: Transcript, q: Question, method: str, budget: float, mode: str, held: int, got: Answer, full: Answer,
          agree: list[float], trim_seconds: float) -> dict[str, Any]:
     return {"transcript": t.id, "family": t.family, "turn": q.turn, "value": q.value, "method": method,
-            "budget": budget, "mode": mode,
-            "bytes": held, "recall": recalled(got.text, q.value), "full_recall": recalled(full.text, q.value),
+            "budget": budget, "mode": mode, "bytes": held, "recall": recalled(got.text, q.value),
+            "full_recall": recalled(full.text, q.value),
             "agreement": sum(agree) / len(agree) if agree else 0.0, "seconds": got.seconds,
             "trim_seconds": trim_seconds, "answer": got.text}
 
