@@ -229,7 +229,7 @@ def _worst(families: dict[str, dict[str, Any]]) -> dict[str, Any]:
             continue
         share, agree = {}, {}
         for name, f in checked.items():
-            full = next(m for m in f["methods"] if m["method"] == "full")["recall"]["value"]
+            full = _full_row(f["methods"])["recall"]["value"]
             ours = next(m for m in f["methods"] if (m["method"], m["budget"], m["mode"]) ==
                         (GOAL["method"], GOAL["budget"], mode))
             share[name] = ours["recall"]["value"] / full if full else None
@@ -239,6 +239,11 @@ def _worst(families: dict[str, dict[str, Any]]) -> dict[str, Any]:
                      "no_full_recall": sorted(n for n, v in share.items() if v is None),
                      "goal_met_everywhere": all(_met(f["goal"][mode]) for f in checked.values())}
     return out
+
+
+def _full_row(methods: list[dict[str, Any]]) -> dict[str, Any]:
+    """The full cache's summary row among a summary's methods."""
+    return next(m for m in methods if m["method"] == "full")
 
 
 def _least(values: dict[str, float]) -> dict[str, Any]:
@@ -287,7 +292,7 @@ def _per_transcript(rows: list[dict[str, Any]], key: str) -> list[float]:
 def _goal(methods: list[dict[str, Any]]) -> dict[str, Any]:
     """Per mode, whether ``GOAL["method"]`` at ``GOAL["budget"]`` keeps its share of the full cache's recall, its
     top-1 agreement, and beats each rival in the run (no worse on recall and agreement, better on one)."""
-    full = next(m for m in methods if m["method"] == "full")["recall"]["value"]
+    full = _full_row(methods)["recall"]["value"]
     at = [m for m in methods if m["method"] == GOAL["method"] and m["budget"] == GOAL["budget"]]
     if not at:
         return {"checked": False}
@@ -347,9 +352,9 @@ def _family_lines(report: dict[str, Any]) -> list[str]:
     head = f"{'family':<8} {'method':<20} {'budget':>6} {'mode':>8} {'recall % (full %)':>18} {'top-1 agree %':>14}"
     lines = ["", "by transcript family (intervals in the JSON):", head, "-" * len(head)]
     for name, f in report["families"].items():
-        full, *trimmed = f["methods"]  # summaries list the full cache first
-        for m in trimmed:
-            recall = f"{100 * m['recall']['value']:.1f} ({100 * full['recall']['value']:.1f})"
+        full = _full_row(f["methods"])["recall"]["value"]
+        for m in (m for m in f["methods"] if m["method"] != "full"):
+            recall = f"{100 * m['recall']['value']:.1f} ({100 * full:.1f})"
             lines.append(f"{name:<8} {m['method']:<20} {m['budget']:>6} {m['mode']:>8} {recall:>18} "
                          f"{100 * m['agreement']['value']:>14.1f}")
     for mode, w in report["worst_family"].items():
@@ -367,7 +372,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     """Recall against bytes held (as x fewer than the full cache), one line per method and mode."""
     with figure(path, "bench kv: exact-value recall against bytes held", "recall %", (9, 4.5), ncols=2) as axes:
         for ax, mode in zip(axes, MODES):
-            full = next(m for m in report["methods"] if m["method"] == "full")
+            full = _full_row(report["methods"])
             ax.scatter([1], [full["recall"]["value"] * 100], color="black", label="full cache", zorder=3)
             for name in report["settings"]["policies"]:
                 ms = [m for m in report["methods"] if m["method"] == name and m["mode"] == mode]

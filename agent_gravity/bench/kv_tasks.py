@@ -37,7 +37,8 @@ class Transcript:
     id: str
     messages: list[dict[str, str]]
     questions: list[Question]
-    family: str = "logs"
+    family: str
+    """The ``FAMILIES`` entry that worded it."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
