@@ -7,9 +7,11 @@ and records the original position of each entry. For attention it lays the heads
 for that call only, and the ``agent_gravity_ragged`` attention function masks the padding per head.
 It also keeps the last ``window`` query vectors per layer: what trim policies score keys with.
 
-Entries can be stored in 8 or 4 bits (``quantize``): symmetric, one scale per entry (8 bits) or per 32
-values (4 bits), per head, for keys and values alike. They are dequantized into the padded layout of each
-call only, and attention does not care about the order of entries (RoPE is applied before they are cached).
+Entries can be stored in 8 or 4 bits (``quantize``): symmetric, per head. Values take one scale per entry
+(8 bits) or per 32 values (4 bits); keys take the same, or (``key_block``, what trims use) one scale per channel
+over each block of entries packed together, KIVI's layout for keys, whose outlier channels a scale per entry
+spreads over every other channel. They are dequantized into the padded layout of each call only, and attention
+does not care about the order of entries (RoPE is applied before they are cached).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ _ACTIVE: contextvars.ContextVar[RaggedCache | None] = contextvars.ContextVar("ag
 
 @dataclass
 class PackedKV:
-    """Entries stored in ``bits`` bits (8, or 4 with two to a byte): ``x ~ q * scale``, symmetric, with one
-    scale per ``dim / groups`` values of each entry, for keys and values alike."""
+    """Entries stored in ``bits`` bits (8, or 4 with two to a byte): ``x ~ q * scale``, symmetric. Values take one
+    scale per ``dim / groups`` values of each entry. Keys take the same when ``key_counts`` is None; otherwise
+    ``key_scales`` is ``[blocks, dim]``, one scale per channel for each block of consecutive entries, and
+    ``key_counts[b]`` says how many entries block ``b`` holds."""
 
     bits: int
     keys: torch.Tensor
@@ -41,33 +45,58 @@ class PackedKV:
     values: torch.Tensor
     value_scales: torch.Tensor
     positions: torch.Tensor
+    key_counts: torch.Tensor | None = None
 
     @classmethod
-    def pack(cls, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, bits: int = 8) -> PackedKV:
-        k, ks = quantize_rows(keys, bits)
+    def pack(cls, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor, bits: int = 8,
+             key_block: int | None = None) -> PackedKV:
+        """Pack ``[n, dim]`` keys and values; with ``key_block``, keys take a scale per channel per that many
+        entries (the last block holds the rest)."""
         v, vs = quantize_rows(values, bits)
-        return cls(bits, k, ks, v, vs, positions.clone())
+        if key_block is None:
+            return cls(bits, *quantize_rows(keys, bits), v, vs, positions.clone())
+        counts = torch.tensor([min(key_block, len(keys) - s) for s in range(0, len(keys), key_block)],
+                              dtype=torch.int32)
+        peaks = torch.stack([block.abs().amax(dim=0) for block in keys.split(counts.tolist())])
+        scales = peaks.clamp_min(torch.finfo(keys.dtype).tiny) / (2 ** (bits - 1) - 1)
+        return cls(bits, _codes(keys, scales.repeat_interleave(counts.long(), dim=0), bits), scales, v, vs,
+                   positions.clone(), counts)
 
     def unpack(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values ``[n, dim]`` in ``dtype``."""
-        return (dequantize_rows(self.keys, self.key_scales, self.bits, dtype),
-                dequantize_rows(self.values, self.value_scales, self.bits, dtype))
+        values = dequantize_rows(self.values, self.value_scales, self.bits, dtype)
+        if self.key_counts is None:
+            return dequantize_rows(self.keys, self.key_scales, self.bits, dtype), values
+        scales = self.key_scales.to(dtype).repeat_interleave(self.key_counts.long(), dim=0)
+        return _code_values(self.keys, self.bits).to(dtype) * scales, values
 
     def where(self, keep: torch.Tensor) -> PackedKV:
-        """Only the entries where the boolean ``keep`` holds, as new tensors."""
-        return PackedKV(self.bits, *(t[keep].clone() for t in self.tensors()))
+        """Only the entries where the boolean ``keep`` holds, as new tensors (emptied key blocks go)."""
+        keys, values, value_scales, positions = (t[keep].clone() for t in (self.keys, self.values, self.value_scales,
+                                                                            self.positions))
+        if self.key_counts is None:
+            return PackedKV(self.bits, keys, self.key_scales[keep].clone(), values, value_scales, positions)
+        blocks = torch.repeat_interleave(torch.arange(len(self.key_counts)), self.key_counts.long())
+        counts = torch.bincount(blocks[keep], minlength=len(self.key_counts)).to(torch.int32)
+        return PackedKV(self.bits, keys, self.key_scales[counts > 0].clone(), values, value_scales, positions,
+                        counts[counts > 0])
 
     def cat(self, other: PackedKV) -> PackedKV:
-        assert other.bits == self.bits
+        """These entries, then ``other``'s (same width and key layout)."""
+        assert other.bits == self.bits and (other.key_counts is None) == (self.key_counts is None)
         return PackedKV(self.bits, *(torch.cat([a, b]) for a, b in zip(self.tensors(), other.tensors())))
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
-        return self.keys, self.key_scales, self.values, self.value_scales, self.positions
+        rest = () if self.key_counts is None else (self.key_counts,)
+        return self.keys, self.key_scales, self.values, self.value_scales, self.positions, *rest
 
 
 GROUP = {8: None, 4: 32}
 """Values per scale, by bit width: 8 bits take one scale per entry; 4 bits one per 32 values (KIVI's group size
 for its per-token values), or per entry when the head dimension is smaller."""
+KEY_BLOCK = 64
+"""Entries per key scale when keys take a scale per channel (trims): at 64 a head dimension of 64 costs one scale
+per entry, as a scale per entry does."""
 
 
 def quantize_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,34 +106,45 @@ def quantize_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tenso
         raise ValueError(f"KV entries can be stored in 8 or 4 bits, not {bits}")
     n, dim = x.shape
     group = GROUP[bits] if GROUP[bits] and dim % GROUP[bits] == 0 else dim
-    top = 2 ** (bits - 1) - 1
     grouped = x.reshape(n, dim // group, group)
-    scale = grouped.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny) / top
-    codes = torch.round(grouped / scale).clamp(-top, top).to(torch.int16).reshape(n, dim)
+    scale = grouped.abs().amax(dim=-1).clamp_min(torch.finfo(x.dtype).tiny) / (2 ** (bits - 1) - 1)
+    return _codes(x, scale.repeat_interleave(group, dim=1), bits), scale
+
+
+def _codes(x: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
+    """``x / scale`` (same shape) rounded to ``bits``-bit codes: int8, or uint8 holding two 4-bit codes."""
+    top = 2 ** (bits - 1) - 1
+    codes = torch.round(x / scale).clamp(-top, top).to(torch.int16)
     if bits == 4:
-        codes = (codes[:, 0::2] & 0xF) | ((codes[:, 1::2] & 0xF) << 4)
-        return codes.to(torch.uint8), scale[..., 0]
-    return codes.to(torch.int8), scale[..., 0]
+        return ((codes[:, 0::2] & 0xF) | ((codes[:, 1::2] & 0xF) << 4)).to(torch.uint8)
+    return codes.to(torch.int8)
 
 
-def packed_share(head_dim: int, dtype: torch.dtype, bits: int) -> float:
-    """Bytes of one entry (key, value, position) stored in ``bits`` bits over its bytes at full precision."""
-    rows = torch.zeros(1, head_dim, dtype=dtype)
-    position = torch.zeros(1, dtype=torch.long)
-    packed = PackedKV.pack(rows, rows, position, bits)
+def _code_values(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """The signed codes ``[n, dim]`` that ``_codes`` stored (two to a byte at 4 bits), as int16."""
+    if bits == 8:
+        return codes.to(torch.int16)
+    wide = codes.to(torch.int16)
+    low, high = wide & 0xF, (wide >> 4) & 0xF
+    return torch.stack([low - 16 * (low > 7), high - 16 * (high > 7)], dim=-1).reshape(codes.shape[0], -1)
+
+
+def packed_share(head_dim: int, dtype: torch.dtype, bits: int, key_block: int | None = None) -> float:
+    """Bytes of one entry (key, value, position) stored in ``bits`` bits over its bytes at full precision (with
+    ``key_block``, in a full block)."""
+    n = key_block or 1
+    rows = torch.zeros(n, head_dim, dtype=dtype)
+    positions = torch.zeros(n, dtype=torch.long)
+    packed = PackedKV.pack(rows, rows, positions, bits, key_block)
     return (sum(t.numel() * t.element_size() for t in packed.tensors())
-            / (2 * rows.numel() * rows.element_size() + position.element_size()))
+            / (n * (2 * head_dim * rows.element_size() + positions.element_size())))
 
 
 def dequantize_rows(codes: torch.Tensor, scales: torch.Tensor, bits: int, dtype: torch.dtype) -> torch.Tensor:
     """The ``[n, dim]`` rows that ``quantize_rows`` stored as ``codes`` and ``scales``, in ``dtype``."""
-    if bits == 4:
-        wide = codes.to(torch.int16)
-        low, high = wide & 0xF, (wide >> 4) & 0xF
-        codes = torch.stack([low - 16 * (low > 7), high - 16 * (high > 7)], dim=-1).reshape(codes.shape[0], -1)
-    n, dim = codes.shape
-    groups = scales.shape[-1]
-    return (codes.to(dtype).reshape(n, groups, dim // groups) * scales.to(dtype)[..., None]).reshape(n, dim)
+    values = _code_values(codes, bits)
+    n, dim = values.shape
+    return (values.to(dtype).reshape(n, scales.shape[-1], -1) * scales.to(dtype)[..., None]).reshape(n, dim)
 
 
 @dataclass
@@ -129,14 +169,16 @@ class HeadKV:
         head.packed = tuple(store.where(keep(store.positions)) for store in self.packed)
         return head
 
-    def quantize(self, positions: torch.Tensor, bits: int = 8) -> HeadKV:
-        """Move the full-precision entries at ``positions`` to ``bits`` bits; packed ones are never packed again."""
+    def quantize(self, positions: torch.Tensor, bits: int = 8, key_block: int | None = None) -> HeadKV:
+        """Move the full-precision entries at ``positions`` to ``bits`` bits (keys with a scale per channel per
+        ``key_block`` entries, when given); packed ones are never packed again. One store per width and key layout."""
         chosen = torch.isin(self.positions, positions)
         if not bool(chosen.any()):
             return self
-        fresh = PackedKV.pack(self.keys[chosen], self.values[chosen], self.positions[chosen], bits)
+        fresh = PackedKV.pack(self.keys[chosen], self.values[chosen], self.positions[chosen], bits, key_block)
         head = self.select(torch.nonzero(~chosen).flatten())
-        same = [i for i, store in enumerate(self.packed) if store.bits == bits]
+        same = [i for i, store in enumerate(self.packed)
+                if store.bits == bits and (store.key_counts is None) == (key_block is None)]
         head.packed = (tuple(s.cat(fresh) if i in same else s for i, s in enumerate(self.packed)) if same
                        else (*self.packed, fresh))
         return head
@@ -241,12 +283,12 @@ class RaggedCache:
             for i, head in enumerate(layer):
                 layer[i] = head.where(keep)
 
-    def quantize(self, positions: torch.Tensor, bits: int = 8) -> None:
+    def quantize(self, positions: torch.Tensor, bits: int = 8, key_block: int | None = None) -> None:
         """Store the entries at ``positions`` in ``bits`` bits in every head (those already packed stay as they
-        are)."""
+        are); ``key_block`` as ``HeadKV.quantize``."""
         for layer in self.heads:
             for i, head in enumerate(layer):
-                layer[i] = head.quantize(positions, bits)
+                layer[i] = head.quantize(positions, bits, key_block)
 
     def record_entropy(self, start: int, entropy: torch.Tensor) -> None:
         """Entropies of the distributions read at positions ``start...``: each predicted the next position's token."""

@@ -30,7 +30,7 @@ from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_layers, middle_layers, skipping
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
-from agent_gravity.backends._ragged_cache import GROUP, RaggedCache
+from agent_gravity.backends._ragged_cache import GROUP, KEY_BLOCK, RaggedCache
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
 from agent_gravity.backends._ragged_cache import unused_mask
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
@@ -239,7 +239,7 @@ class TransformersBackend(HFTokenizerMethods):
                 if ratio > 1:  # at 1 every entry stays: no scoring pass
                     self._evict(session, policy, ratio, start, end, protect)
                 if bits is not None:
-                    cache.quantize(torch.arange(start, end), bits)
+                    cache.quantize(torch.arange(start, end), bits, KEY_BLOCK)
                 session.trimmed_until = end
             return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())),
                               bits)

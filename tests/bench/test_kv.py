@@ -51,6 +51,8 @@ def test_budgets_leave_the_sinks_and_window_and_say_when_they_cannot():
     assert kv.stretch_ratio(600, 300, 400) == pytest.approx(3.0)  # 8-bit zones hold 300 bytes no trim touches
     # kept entries stored in 8 bits hold 144 of their 520 bytes (64-dim float32 keys and values, a position)
     assert packed_share(64, torch.float32, 8) == pytest.approx(144 / 520)
+    # a trim's keys take a scale per channel per 64 entries instead: the same bytes, and a block count per 64
+    assert packed_share(64, torch.float32, 8, key_block=64) == pytest.approx((144 + 4 / 64) / 520)
     ratio = kv.stretch_ratio(1000, 964, 250, 144 / 520)
     assert 1000 - 964 + 964 / ratio * 144 / 520 == pytest.approx(250)  # what stays, packed, meets the budget
     assert kv.stretch_ratio(1000, 964, 500, 144 / 520) == 1.0  # 8 bits alone are under budget: nothing evicted

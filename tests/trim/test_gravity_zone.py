@@ -57,6 +57,31 @@ def test_int4_entries_pack_two_to_a_byte_with_a_scale_per_32_values_and_round_tr
         PackedKV.pack(keys, values, torch.arange(50), bits=2)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_keys_with_a_scale_per_channel_per_block_keep_an_outlier_channel_to_itself(bits):
+    torch.manual_seed(0)
+    keys, values = torch.randn(150, 64), torch.randn(150, 64)
+    keys[:, 5] *= 40                                                     # one outlier channel, as RoPE'd keys have
+    per_entry = PackedKV.pack(keys, values, torch.arange(150), bits)
+    packed = PackedKV.pack(keys, values, torch.arange(150), bits, key_block=64)
+    assert packed.key_counts.tolist() == [64, 64, 22] and packed.key_scales.shape == (3, 64)
+    k, v = packed.unpack(torch.float32)
+    step = packed.key_scales.repeat_interleave(packed.key_counts.long(), dim=0)
+    assert torch.all((k - keys).abs() <= step / 2 + 1e-6)
+    assert torch.equal(v, per_entry.unpack(torch.float32)[1])             # values keep a scale per entry
+    rest = torch.arange(64) != 5
+    assert (k - keys)[:, rest].abs().mean() < (per_entry.unpack(torch.float32)[0] - keys)[:, rest].abs().mean() / 3
+    keep = torch.arange(150) % 3 == 0
+    keep[64:128] = False                                                 # the middle block empties and goes
+    kept = packed.where(keep)
+    assert kept.key_counts.tolist() == [22, 7] and torch.equal(kept.unpack(torch.float32)[0], k[keep])
+    both = kept.cat(packed)
+    assert both.key_counts.tolist() == [22, 7, 64, 64, 22]
+    assert torch.equal(both.unpack(torch.float32)[0], torch.cat([k[keep], k]))
+    with pytest.raises(AssertionError):
+        kept.cat(per_entry)                                              # one store holds one key layout
+
+
 def test_a_head_keeps_one_store_per_width_and_lays_every_entry_out():
     torch.manual_seed(0)
     head = HeadKV(torch.randn(10, 64), torch.randn(10, 64), torch.arange(10))
@@ -65,6 +90,8 @@ def test_a_head_keeps_one_store_per_width_and_lays_every_entry_out():
     keys, _ = mixed.layout()
     assert keys.shape == (10, 64) and torch.allclose(keys[2:4], head.keys[[5, 6]], atol=0.5)
     assert mixed.where(lambda p: p != 5).packed_positions().tolist() == [1, 2, 6]
+    blocks = mixed.quantize(torch.tensor([7, 8]), bits=8, key_block=64)  # another key layout: its own store
+    assert [(s.bits, s.key_counts is None) for s in blocks.packed] == [(8, True), (4, True), (8, False)]
 
 
 def test_a_head_packs_the_chosen_entries_once_and_crops_and_drops_reach_them():

@@ -98,6 +98,7 @@ def test_a_trim_stores_what_it_keeps_in_fewer_bits_and_the_session_goes_on(trans
             assert sorted(head.packed_positions().tolist()) == [p for p in fp_head.positions.tolist()
                                                                 if SINKS <= p < end]
             assert head.positions.tolist() == [*range(SINKS), *range(end, cache.next_position)]
+            assert [s.key_counts is not None for s in head.packed] == [True]  # keys: a scale per channel per block
     reply = chat_on(backend).invoke([*HISTORY, QUESTION], conversation_id=session)
     assert reply.response_metadata["gravity"]["session"]["reused_tokens"] > 0
     backend.end_session(f"{session}-fp")
