@@ -55,31 +55,33 @@ class PackedKV:
         v, vs = quantize_rows(values, bits)
         if key_block is None:
             return cls(bits, *quantize_rows(keys, bits), v, vs, positions.clone())
-        counts = torch.tensor([min(key_block, len(keys) - s) for s in range(0, len(keys), key_block)],
-                              dtype=torch.int32)
-        peaks = torch.stack([block.abs().amax(dim=0) for block in keys.split(counts.tolist())])
-        scales = peaks.clamp_min(torch.finfo(keys.dtype).tiny) / (2 ** (bits - 1) - 1)
-        return cls(bits, _codes(keys, scales.repeat_interleave(counts.long(), dim=0), bits), scales, v, vs,
-                   positions.clone(), counts)
+        if type(key_block) is not int or key_block < 1:
+            raise ValueError(f"a key block holds a whole number of entries, 1 or more, not {key_block}")
+        blocks = keys.split(key_block)
+        counts = torch.tensor([len(b) for b in blocks], dtype=torch.int32, device=keys.device)
+        peaks = torch.stack([b.abs().amax(dim=0) for b in blocks]) if blocks else keys.new_zeros(0, keys.shape[1])
+        scales = _scale(peaks, bits)
+        return cls(bits, _codes(keys, scales.repeat_interleave(counts.long(), dim=0, output_size=len(keys)), bits),
+                   scales, v, vs, positions.clone(), counts)
 
     def unpack(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values ``[n, dim]`` in ``dtype``."""
         values = dequantize_rows(self.values, self.value_scales, self.bits, dtype)
         if self.key_counts is None:
             return dequantize_rows(self.keys, self.key_scales, self.bits, dtype), values
-        scales = self.key_scales.to(dtype).repeat_interleave(self.key_counts.long(), dim=0)
+        scales = self.key_scales.to(dtype).repeat_interleave(self.key_counts.long(), dim=0, output_size=len(values))
         return _code_values(self.keys, self.bits).to(dtype) * scales, values
 
     def where(self, keep: torch.Tensor) -> PackedKV:
         """Only the entries where the boolean ``keep`` holds, as new tensors (emptied key blocks go)."""
-        keys, values, value_scales, positions = (t[keep].clone() for t in (self.keys, self.values, self.value_scales,
-                                                                            self.positions))
         if self.key_counts is None:
-            return PackedKV(self.bits, keys, self.key_scales[keep].clone(), values, value_scales, positions)
-        blocks = torch.repeat_interleave(torch.arange(len(self.key_counts)), self.key_counts.long())
-        counts = torch.bincount(blocks[keep], minlength=len(self.key_counts)).to(torch.int32)
-        return PackedKV(self.bits, keys, self.key_scales[counts > 0].clone(), values, value_scales, positions,
-                        counts[counts > 0])
+            return PackedKV(self.bits, *(t[keep].clone() for t in self.tensors()))
+        counts = self.key_counts.long()
+        blocks = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), counts)
+        kept = torch.bincount(blocks[keep], minlength=len(counts)).to(torch.int32)
+        return PackedKV(self.bits, self.keys[keep].clone(), self.key_scales[kept > 0].clone(),
+                        self.values[keep].clone(), self.value_scales[keep].clone(), self.positions[keep].clone(),
+                        kept[kept > 0])
 
     def cat(self, other: PackedKV) -> PackedKV:
         """These entries, then ``other``'s (same width and key layout)."""
@@ -87,6 +89,7 @@ class PackedKV:
         return PackedKV(self.bits, *(torch.cat([a, b]) for a, b in zip(self.tensors(), other.tensors())))
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
+        """Every tensor held (with per-channel keys, the block scales and counts are not one row per entry)."""
         rest = () if self.key_counts is None else (self.key_counts,)
         return self.keys, self.key_scales, self.values, self.value_scales, self.positions, *rest
 
@@ -95,8 +98,8 @@ GROUP = {8: None, 4: 32}
 """Values per scale, by bit width: 8 bits take one scale per entry; 4 bits one per 32 values (KIVI's group size
 for its per-token values), or per entry when the head dimension is smaller."""
 KEY_BLOCK = 64
-"""Entries per key scale when keys take a scale per channel (trims): at 64 a head dimension of 64 costs one scale
-per entry, as a scale per entry does."""
+"""Entries per key scale when keys take a scale per channel (trims): ``dim / 64`` scales per entry, so at this
+model's 64 dimensions as many as one scale per entry at 8 bits, and half as many as 4 bits' per-entry groups."""
 
 
 def quantize_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,9 +109,13 @@ def quantize_rows(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tenso
         raise ValueError(f"KV entries can be stored in 8 or 4 bits, not {bits}")
     n, dim = x.shape
     group = GROUP[bits] if GROUP[bits] and dim % GROUP[bits] == 0 else dim
-    grouped = x.reshape(n, dim // group, group)
-    scale = grouped.abs().amax(dim=-1).clamp_min(torch.finfo(x.dtype).tiny) / (2 ** (bits - 1) - 1)
+    scale = _scale(x.reshape(n, dim // group, group).abs().amax(dim=-1), bits)
     return _codes(x, scale.repeat_interleave(group, dim=1), bits), scale
+
+
+def _scale(peak: torch.Tensor, bits: int) -> torch.Tensor:
+    """The symmetric step that maps ``peak`` (largest magnitude) to the largest ``bits``-bit code."""
+    return peak.clamp_min(torch.finfo(peak.dtype).tiny) / (2 ** (bits - 1) - 1)
 
 
 def _codes(x: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
@@ -121,18 +128,18 @@ def _codes(x: torch.Tensor, scale: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def _code_values(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """The signed codes ``[n, dim]`` that ``_codes`` stored (two to a byte at 4 bits), as int16."""
+    """The signed codes ``[n, dim]`` that ``_codes`` stored (two to a byte at 4 bits)."""
     if bits == 8:
-        return codes.to(torch.int16)
+        return codes
     wide = codes.to(torch.int16)
     low, high = wide & 0xF, (wide >> 4) & 0xF
-    return torch.stack([low - 16 * (low > 7), high - 16 * (high > 7)], dim=-1).reshape(codes.shape[0], -1)
+    return torch.stack([low - 16 * (low > 7), high - 16 * (high > 7)], dim=-1).flatten(1)
 
 
 def packed_share(head_dim: int, dtype: torch.dtype, bits: int, key_block: int | None = None) -> float:
     """Bytes of one entry (key, value, position) stored in ``bits`` bits over its bytes at full precision (with
     ``key_block``, in a full block)."""
-    n = key_block or 1
+    n = 1 if key_block is None else key_block
     rows = torch.zeros(n, head_dim, dtype=dtype)
     positions = torch.zeros(n, dtype=torch.long)
     packed = PackedKV.pack(rows, rows, positions, bits, key_block)
@@ -144,13 +151,15 @@ def dequantize_rows(codes: torch.Tensor, scales: torch.Tensor, bits: int, dtype:
     """The ``[n, dim]`` rows that ``quantize_rows`` stored as ``codes`` and ``scales``, in ``dtype``."""
     values = _code_values(codes, bits)
     n, dim = values.shape
-    return (values.to(dtype).reshape(n, scales.shape[-1], -1) * scales.to(dtype)[..., None]).reshape(n, dim)
+    groups = scales.shape[-1]
+    return (values.to(dtype).reshape(n, groups, dim // groups) * scales.to(dtype)[..., None]).reshape(n, dim)
 
 
 @dataclass
 class HeadKV:
     """One key-value head's entries: post-RoPE keys, values and their original positions at full
-    precision, and those stored in fewer bits (``packed``: one store per bit width), which trims leave alone."""
+    precision, and those stored in fewer bits (``packed``: one store per bit width and key layout), which trims
+    leave alone."""
 
     keys: torch.Tensor
     values: torch.Tensor
@@ -307,7 +316,8 @@ class RaggedCache:
         return sum(s.keys.shape[0] for layer in self.heads for h in layer for s in h.packed)
 
     def packed_nbytes(self) -> tuple[int, int]:
-        """Bytes the packed entries hold (codes, scales, positions), and what they held at full precision."""
+        """Bytes the packed entries hold (codes, scales, block counts, positions), and what they held at full
+        precision."""
         stores = [s for layer in self.heads for h in layer for s in h.packed]
         held = sum(t.numel() * t.element_size() for s in stores for t in s.tensors())
         element = self.heads[0][0].keys.element_size() if self.heads else 0
@@ -315,7 +325,7 @@ class RaggedCache:
         return held, full
 
     def nbytes(self) -> int:
-        """Bytes the keys, values, scales and positions really hold."""
+        """Bytes the keys, values, scales, block counts and positions really hold."""
         return sum(t.numel() * t.element_size() for layer in self.heads for h in layer for t in h.tensors())
 
 

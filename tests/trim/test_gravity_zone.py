@@ -80,9 +80,14 @@ def test_keys_with_a_scale_per_channel_per_block_keep_an_outlier_channel_to_itse
     assert torch.equal(both.unpack(torch.float32)[0], torch.cat([k[keep], k]))
     with pytest.raises(AssertionError):
         kept.cat(per_entry)                                              # one store holds one key layout
+    for store in (packed, per_entry):                                     # a crop can empty a store: it still lays out
+        empty = store.where(torch.zeros(150, dtype=torch.bool))
+        assert [t.shape[0] for t in empty.unpack(torch.float32)] == [0, 0]
+    with pytest.raises(ValueError, match="whole number of entries, 1 or more, not 0"):
+        PackedKV.pack(keys, values, torch.arange(150), bits, key_block=0)
 
 
-def test_a_head_keeps_one_store_per_width_and_lays_every_entry_out():
+def test_a_head_keeps_one_store_per_width_and_key_layout_and_lays_every_entry_out():
     torch.manual_seed(0)
     head = HeadKV(torch.randn(10, 64), torch.randn(10, 64), torch.arange(10))
     mixed = head.quantize(torch.tensor([1, 2]), bits=8).quantize(torch.tensor([2, 5, 6]), bits=4)
