@@ -83,9 +83,14 @@ class PackedKV:
                         self.values[keep].clone(), self.value_scales[keep].clone(), self.positions[keep].clone(),
                         kept[kept > 0])
 
+    @property
+    def key_blocks(self) -> bool:
+        """Whether keys take a scale per channel per block (else per entry, like values)."""
+        return self.key_counts is not None
+
     def cat(self, other: PackedKV) -> PackedKV:
         """These entries, then ``other``'s (same width and key layout)."""
-        assert other.bits == self.bits and (other.key_counts is None) == (self.key_counts is None)
+        assert other.bits == self.bits and other.key_blocks == self.key_blocks
         return PackedKV(self.bits, *(torch.cat([a, b]) for a, b in zip(self.tensors(), other.tensors())))
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
@@ -186,8 +191,7 @@ class HeadKV:
             return self
         fresh = PackedKV.pack(self.keys[chosen], self.values[chosen], self.positions[chosen], bits, key_block)
         head = self.select(torch.nonzero(~chosen).flatten())
-        same = [i for i, store in enumerate(self.packed)
-                if store.bits == bits and (store.key_counts is None) == (key_block is None)]
+        same = [i for i, store in enumerate(self.packed) if (store.bits, store.key_blocks) == (bits, fresh.key_blocks)]
         head.packed = (tuple(s.cat(fresh) if i in same else s for i, s in enumerate(self.packed)) if same
                        else (*self.packed, fresh))
         return head

@@ -70,7 +70,7 @@ class ZonePacker:
         element = cache.heads[0][0].keys.element_size() if cache.heads else 0
         positions: set[int] = set()
         stores = (s for layer in cache.heads for head in layer for s in head.packed
-                  if s.bits == self.spec.bits and s.key_counts is None)  # zones pack keys a scale per entry
+                  if s.bits == self.spec.bits and not s.key_blocks)  # zones pack keys a scale per entry
         for store in stores:
             mine = store.positions[store.positions >= self._start]
             entry = sum(t[:1].numel() * t.element_size() for t in store.tensors())  # every tensor holds a row each

@@ -30,7 +30,7 @@ from agent_gravity.backends._compute import ComputeReport, ComputeSpec
 from agent_gravity.backends._hf_tokenizer import HFTokenizerMethods, check_model_dir
 from agent_gravity.backends._layer_skip import SkipReport, SkipSpec, decoder_layers, middle_layers, skipping
 from agent_gravity.backends._ragged_cache import ATTENTION as RAGGED
-from agent_gravity.backends._ragged_cache import GROUP, KEY_BLOCK, RaggedCache
+from agent_gravity.backends._ragged_cache import GROUP, KEY_BLOCK, RaggedCache, packed_share
 from agent_gravity.backends._ragged_cache import active as ragged_cache_active
 from agent_gravity.backends._ragged_cache import unused_mask
 from agent_gravity.backends._ragged_cache import register as register_ragged_attention
@@ -243,6 +243,11 @@ class TransformersBackend(HFTokenizerMethods):
                 session.trimmed_until = end
             return TrimReport(session_id, policy.name, before, cache.nbytes(), held, sum(map(sum, cache.lengths())),
                               bits)
+
+    def kept_share(self, bits: int) -> float:
+        """Bytes an entry a trim keeps with ``bits`` holds, over its bytes at full precision (keys in blocks, as
+        ``trim`` packs them)."""
+        return packed_share(self._shape[2], self._model.dtype, bits, KEY_BLOCK)
 
     def _evict(self, session: KVSession, policy: TrimPolicy, ratio: float, start: int, end: int,
                protect: bool) -> None:

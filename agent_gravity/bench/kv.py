@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_gravity.backends._ragged_cache import KEY_BLOCK, packed_share
 from agent_gravity.backends.base import GenerationRequest, SamplingSettings, drain
 from agent_gravity.backends.local_transformers import TransformersBackend
 from agent_gravity.bench._report import figure, interval, write_json
@@ -129,8 +128,7 @@ def _trimmed(backend: TransformersBackend, source: str, name: str, method: Metho
         if method.zone is not None:
             backend.quantize(name, method.zone, SINKS, WINDOW)
         if method.policy is not None:
-            share = 1.0 if method.bits is None else packed_share(cache.head_dim, cache.heads[0][0].keys.dtype,
-                                                                  method.bits, KEY_BLOCK)
+            share = 1.0 if method.bits is None else backend.kept_share(method.bits)
             ratio = stretch_ratio(cache.nbytes(), stretch_bytes(backend, name), full / budget, share)
             backend.trim(name, method.policy, ratio, SINKS, WINDOW, bits=method.bits)
     except TrimBudgetError as exc:  # e.g. 8-bit zones alone hold more than the budget: said, not hidden

@@ -91,6 +91,8 @@ def test_a_trim_stores_what_it_keeps_in_fewer_bits_and_the_session_goes_on(trans
     packed = backend.trim(session, policy, ratio=2, sinks=SINKS, window=WINDOW, bits=8)
     assert packed.bits == 8 and plain.bits is None and packed.entries_after == plain.entries_after
     assert packed.bytes_after < plain.bytes_after / 2  # the sinks and window stay at full precision
+    held, full = cache.packed_nbytes()  # what the bench's byte budget counts on, up to the last block of each head
+    assert backend.kept_share(8) <= held / full < backend.kept_share(8) * 1.05
     end = cache.next_position - WINDOW
     fp = backend.sessions[f"{session}-fp"].cache
     for layer, fp_layer in zip(cache.heads, fp.heads):
