@@ -166,13 +166,18 @@ async def _achain(held: Sequence[StreamItem], rest: AsyncIterator[StreamItem]) -
 
 
 def local_backend(model: str | None = None, **settings: Any) -> Backend:
-    """Start (or join) the local vLLM engine for a model folder, or the embedded default (None or its name)."""
+    """Start (or join) the local vLLM engine for a model folder, or the embedded default (None or its name).
+
+    The engine knows the scaffold's reasoning markers, so vLLM's own ``thinking_token_budget`` works on it (the
+    baseline the benches compare against) and every chat model and bench on one model shares one engine.
+    """
     from agent_gravity.backends.local_vllm import EngineSettings, shared_backend
 
     if model is None or model == _model_store.DEFAULT_MODEL.name:
         folder, name = _model_store.pull(), _model_store.DEFAULT_MODEL.name
     else:
         folder, name = Path(model).expanduser().resolve(), None
+    settings.setdefault("reasoning_markers", ReasoningFormat().engine_markers())
     return shared_backend(EngineSettings(str(folder), **settings), name)
 
 

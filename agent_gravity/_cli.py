@@ -172,7 +172,7 @@ def _bench_savings(args: argparse.Namespace) -> int:
     steps = len(heldout.GRID) + 2 if split else len(args.methods)
     bar = tqdm(total=steps, desc="starting the vLLM engine", file=sys.stderr, unit="method")
     with contextlib.redirect_stdout(sys.stderr):
-        backend = local_backend(args.model, reasoning_markers=savings.engine_markers())
+        backend = local_backend(args.model)
         model = ChatGravity(backend=backend)
 
         def advance(name: str, summary: dict) -> None:
@@ -195,12 +195,12 @@ def _bench_route(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from agent_gravity._chat_model import ChatGravity, local_backend
-    from agent_gravity.bench import route, savings
+    from agent_gravity.bench import route
 
     tasks = _family_tasks(args.per_family, args.families)
     bar = tqdm(total=6, desc="starting the vLLM engine", file=sys.stderr, unit="arm")
     with contextlib.redirect_stdout(sys.stderr):
-        model = ChatGravity(backend=local_backend(args.model, reasoning_markers=savings.engine_markers()))
+        model = ChatGravity(backend=local_backend(args.model))
 
         def advance(name: str) -> None:
             bar.set_description(f"{name} answered")

@@ -44,6 +44,11 @@ class ReasoningFormat(BaseModel):
     prefill_start: bool = True
     """Put ``start`` at the end of the prompt so the model begins inside its reasoning."""
 
+    def engine_markers(self) -> tuple[str, str]:
+        """vLLM's reasoning strings for this format: its ``thinking_token_budget`` counts after the start and forces
+        the end plus the answer prefix."""
+        return self.start.strip(), self.end + self.answer_prefix
+
 
 NATIVE_THINK = ReasoningFormat(start="<think>\n", end="</think>", answer_prefix="\n\n", scaffold=False)
 

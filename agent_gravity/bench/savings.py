@@ -19,7 +19,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from agent_gravity._chat_model import ChatGravity
-from agent_gravity._config import GravityConfig, ProbeConfig, ReasoningFormat
+from agent_gravity._config import GravityConfig, ProbeConfig
 from agent_gravity._risk import Selection, learn_then_test
 from agent_gravity._route import entropy_quantile
 from agent_gravity.backends.base import Backend, GenerationRequest, StreamItem
@@ -79,12 +79,6 @@ class ThinkingBudgetBackend:
 
     def astream(self, request: GenerationRequest) -> AsyncIterator[StreamItem]:
         return self._inner.astream(self._capped(request))
-
-
-def engine_markers(fmt: ReasoningFormat | None = None) -> tuple[str, str]:
-    """vLLM's reasoning strings for the scaffold: it counts after the start and forces the end plus answer prefix."""
-    fmt = fmt or ReasoningFormat()
-    return fmt.start.strip(), fmt.end + fmt.answer_prefix
 
 
 @dataclass

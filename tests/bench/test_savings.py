@@ -8,7 +8,7 @@ import math
 import pytest
 
 from agent_gravity._cli import _SAVINGS_METHODS
-from agent_gravity._config import GravityConfig
+from agent_gravity._config import GravityConfig, ReasoningFormat
 from agent_gravity.backends.base import GenerationRequest, SamplingSettings
 from agent_gravity.bench import _stats, savings
 from agent_gravity.bench.savings import ItemResult, ThinkingBudgetBackend, goal, summarize
@@ -110,4 +110,4 @@ def test_thinking_budget_backend_caps_every_request_and_changes_nothing_else():
     sent = inner.seen[0]
     assert sent.sampling.thinking_token_budget == 17
     assert dataclasses.replace(sent.sampling, thinking_token_budget=None) == request.sampling
-    assert savings.engine_markers() == ("<think>", "</think>\nAnswer:")
+    assert ReasoningFormat().engine_markers() == ("<think>", "</think>\nAnswer:")
