@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCallChunk
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
@@ -163,6 +164,18 @@ async def _achain(held: Sequence[StreamItem], rest: AsyncIterator[StreamItem]) -
         yield item
     async for item in rest:
         yield item
+
+
+def _whole_output(message: AIMessage) -> AIMessage:
+    """``message`` unless its output was cut by the token budget: LangChain's JSON parsers would close a cut
+    string and brackets and return a value the model never finished (OpenAI's client refuses it the same way)."""
+    if message.response_metadata.get("finish_reason") == "length":
+        tokens = (message.usage_metadata or {}).get("output_tokens")
+        raise OutputParserException(
+            f"the structured output was cut by the token budget after {tokens} tokens, so it is not whole JSON; "
+            "raise max_tokens (or GravityConfig.max_answer_tokens) or ask for a shorter value",
+            llm_output=message.text)
+    return message
 
 
 def local_backend(model: str | None = None, **settings: Any) -> Backend:
@@ -376,7 +389,8 @@ class ChatGravity(BaseChatModel):
             raise InvalidCallOptionError(f"cannot use {schema!r} as a structured-output schema ({exc}); pass a "
                                          "JSON schema dict, a pydantic model class or a TypedDict") from exc
         is_model = isinstance(schema, type) and is_basemodel_subclass(schema)  # pydantic v2 or v1
-        parser = PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser()
+        parser = RunnableLambda(_whole_output) | (
+            PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser())
         grammar = {"type": "object"} if method == "json_mode" else json_schema
         llm = self.bind(response_format=grammar, ls_structured_output_format={"schema": json_schema})
         if not include_raw:

@@ -8,6 +8,7 @@ import threading
 from typing import TypedDict
 
 import pytest
+from langchain_core.exceptions import OutputParserException
 from langchain_core.messages import AIMessageChunk, ChatMessage, HumanMessage
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from pydantic import BaseModel
@@ -237,6 +238,15 @@ def test_structured_output_is_held_to_the_schema_by_the_engine_and_never_cut(cha
     colour = {"title": "Colour", "type": "object", "required": ["colour"],
               "properties": {"colour": {"type": "string", "enum": ["red", "blue"]}}}
     assert chat.with_structured_output(colour).invoke("What colour is the sky?")["colour"] in ("red", "blue")
+
+
+def test_a_structured_output_cut_by_the_budget_is_refused_not_closed_by_the_parser(chat):
+    short = ChatGravity(backend=chat.get_backend(), max_tokens=3)
+    with pytest.raises(OutputParserException, match="cut by the token budget after 3 tokens"):
+        short.with_structured_output(Person).invoke("Bob is 40. Give his name and age.")
+    raw = short.with_structured_output(PersonDict, include_raw=True).invoke("Bob is 40. Give his name and age.")
+    assert raw["parsed"] is None and isinstance(raw["parsing_error"], OutputParserException)
+    assert raw["raw"].response_metadata["finish_reason"] == "length"
 
 
 def test_a_schema_that_is_not_one_is_a_clear_error(chat):
