@@ -202,8 +202,8 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
     adaptive = adaptive_report(tasks, full, references, reason, direct, epsilon, delta)
     curves = deferral_curves(tasks, cheap, reason)
     online = _online(model, tasks, concurrency, adaptive, curves, cheap, cheap_config, on_arm)
-    methods = {name: summarize(tasks, full, rs, walls.get(name), references) for name, rs in
-               {**results, **{k: v[0] for k, v in online["results"].items()}}.items()}
+    answered = {**results, **{k: v[0] for k, v in online["results"].items()}}
+    methods = {name: summarize(tasks, full, rs, walls.get(name), references) for name, rs in answered.items()}
     for name, rs in online["results"].items():
         methods[name]["wall_seconds"] = rs[1]
     cost = {REASON: _cost(reason, per_token, lambda r: [("full", r.spent)]),
@@ -220,7 +220,7 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
                                                  for t, f, c in zip(tasks, reason, cascade)) / len(cascade),
                         "carried_tokens": _stats.mean_ci([(r.route or {}).get("carried_tokens", 0) for r in cascade
                                                           if (r.route or {}).get("tried")] or [0])},
-            "per_item": {name: [dataclasses.asdict(r) for r in rs] for name, rs in results.items()}}
+            "per_item": {name: [dataclasses.asdict(r) for r in rs] for name, rs in answered.items()}}
 
 
 def _online(model: ChatGravity, tasks: Sequence[Task], concurrency: int, adaptive: dict[str, Any],

@@ -91,8 +91,8 @@ def test_drafting_changes_no_token_and_keeps_most_drafts_when_the_answer_copies(
     report = drafted.response_metadata["gravity"]["compute"]["speculation"]
     assert plain.response_metadata["gravity"]["compute"] is None
     assert report["drafted"] > 0 and report["passes"] > 0
-    if temperature == 0.0:  # greedy copying is what drafts from the context guess
-        assert report["acceptance"] > 0.5
+    # sampled tokens are verified against the model's own sample, so fewer drafts survive than under greedy copying
+    assert report["acceptance"] > (0.5 if temperature == 0.0 else 0.0) and report["accepted"] > 0
 
 
 def test_exits_probes_and_the_answer_are_the_same_with_drafting(transformers_backend):

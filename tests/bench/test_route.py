@@ -99,17 +99,27 @@ def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_o
     report = json.loads((tmp_path / "route.json").read_text())
     assert report["items"] == 4 and list(report["methods"]) == ["full", "reason", "direct", "cheap", "adaptive",
                                                                 "cascade"]
+    direct = report["per_item"]["direct"]
+    assert all(r["reasoning_tokens"] == 0 and r["route"]["route"] == "direct" for r in direct)
     for row in report["adaptive"]["families"]:
         assert row["family"] not in row["calibration_families"] and row["items"] == 2
-        assert row["chosen"] == REASON or float(row["chosen"].split("<=")[1]) in THRESHOLDS
-        assert 0 <= row["direct_share"] <= 1 and 0 <= row["random_kept"] <= 1 and 0 <= row["length_kept"] <= 1
-    assert all(r["reasoning_tokens"] == 0 for r in report["per_item"]["direct"])
-    assert all(r["route"]["route"] == "direct" for r in report["per_item"]["direct"])
+        below = None if row["chosen"] == REASON else float(row["chosen"].split("<=")[1])
+        assert below is None or below in THRESHOLDS
+        scores = [r["route"]["direct_score"] for r in direct if r["kind"] == row["family"]]
+        assert row["direct_share"] == (0 if below is None else sum(s is not None and s <= below for s in scores) / 2)
     curves = report["deferral"]
     assert curves["shares"][0] == 0 and curves["shares"][-1] == 1
     for router in curves["routers"].values():  # nothing sent up: the cheap tier's quality; everything: the top's
         assert router["kept"][-1] == 1.0 and router["kept"][0] == curves["routers"]["random"]["kept"][0]
-    assert 0 <= report["cascade"]["kept_on_cheap"] <= 1 and report["seconds_per_token"]["cheap"] > 0
+    # online, the cascade keeps a call on the cheap tier exactly when that tier's verdict did not send it up
+    above, routes = report["cascade"]["escalate_above"], [r["route"] for r in report["per_item"]["cascade"]]
+    cheap = [route["tried"][0] if route["tried"] else route for route in routes]  # the cheap tier's verdict
+    assert all(c["tier"] == "cheap" for c in cheap)
+    assert [r["tier"] == "cheap" for r in routes] == [not c["escalated"] for c in cheap]
+    assert report["cascade"]["kept_on_cheap"] == sum(not c["escalated"] for c in cheap) / len(cheap)
+    for c in cheap:  # above the threshold always goes up; at or under it only for a reason of its own
+        assert c["escalated"] if c["score"] > above else (c["why"] is None) != c["escalated"]
+    assert report["seconds_per_token"]["cheap"] > 0
     assert (tmp_path / "route.png").stat().st_size > 1000
 
 
@@ -121,8 +131,8 @@ def test_calibrate_route_writes_a_threshold_chat_gravity_then_routes_with(chat, 
     assert "wrote" in capsys.readouterr().out
     found = load_profile("SmolLM2-135M-Instruct").route
     assert found.items == 4 and found.families == ["dates", "word_problems"] and len(found.tests) >= 1
-    assert (found.direct_below is None) == (found.bound is None) and found.direct_below in (None, *THRESHOLDS)
+    # at these loose levels the most conservative threshold is certified on 4 items, so the profile carries one
+    assert found.direct_below in THRESHOLDS and found.bound <= found.epsilon
     route = chat.invoke(QUESTION, route=RouteConfig(think="adaptive")).response_metadata["gravity"]["route"]
-    assert route["route"] in ("direct", "reason")
-    if found.direct_below is not None:
-        assert route["direct_below"] == found.direct_below
+    assert route["direct_below"] == found.direct_below
+    assert route["route"] == ("direct" if route["direct_score"] <= found.direct_below else "reason")
