@@ -23,7 +23,7 @@ from agent_gravity._config import GravityConfig, ProbeConfig, RouteConfig
 from agent_gravity._limits import MAX_NATS
 from agent_gravity._profile import Calibration, GravityProfile, RouteCalibration
 from agent_gravity._risk import Selection, check_levels, items_needed
-from agent_gravity.bench.savings import Answers, ItemResult, run_method, run_references
+from agent_gravity.bench.savings import Answers, Budgets, ItemResult, run_method, run_references
 from agent_gravity.bench.tasks import Task
 
 _SCALED = ("threshold", "varentropy_threshold", "ceiling")
@@ -104,12 +104,14 @@ def _enough_questions(tasks: Sequence[Task], epsilon: float, delta: float) -> No
 
 def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, delta: float = 0.1,
               concurrency: int = 8, grid: Sequence[Candidate] = GRID,
-              on_candidate: Callable[[str, list[ItemResult]], None] = lambda n, r: None) -> GravityProfile:
-    """Measure every candidate against the full run and return the profile of the certified one."""
+              on_candidate: Callable[[str, list[ItemResult]], None] = lambda n, r: None,
+              budgets: Budgets = Budgets()) -> GravityProfile:
+    """Measure every candidate against the full run, all at ``budgets``, and return the profile of the certified
+    one (which keeps those budgets: they are what was certified)."""
     _enough_questions(tasks, epsilon, delta)
-    configs = candidates(GravityConfig(), grid)
-    full, _ = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
-    references = run_references(model, tasks, full, concurrency)
+    configs = {name: budgets.apply(c) for name, c in candidates(GravityConfig(), grid).items()}
+    full, _ = run_method(model, tasks, budgets.apply(GravityConfig(enabled=False)), concurrency)
+    references = run_references(model, tasks, full, concurrency, budgets)
     runs = {}
     for name, config in configs.items():
         runs[name], _ = run_method(model, tasks, config, concurrency)
@@ -123,7 +125,7 @@ def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, 
 
 
 def calibrate_route(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, delta: float = 0.1,
-                    concurrency: int = 8) -> RouteCalibration:
+                    concurrency: int = 8, budgets: Budgets = Budgets()) -> RouteCalibration:
     """Certify the most saving direct-answer threshold of adaptive thinking at a bounded answer loss.
 
     Each item is answered in full (the reference), with reasoning under the model's gravity, and directly (its
@@ -133,10 +135,11 @@ def calibrate_route(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 
     from agent_gravity.bench.route import THRESHOLDS, _direct_at, direct_share, threshold_answers
 
     _enough_questions(tasks, epsilon, delta)
-    full, _ = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
-    references = run_references(model, tasks, full, concurrency)
-    reason, _ = run_method(model, tasks, model.gravity, concurrency)
-    direct, _ = run_method(model, tasks, model.gravity, concurrency,
+    full, _ = run_method(model, tasks, budgets.apply(GravityConfig(enabled=False)), concurrency)
+    references = run_references(model, tasks, full, concurrency, budgets)
+    gravity = budgets.apply(model.gravity)
+    reason, _ = run_method(model, tasks, gravity, concurrency)
+    direct, _ = run_method(model, tasks, gravity, concurrency,
                            route=RouteConfig(think="adaptive", direct_below=MAX_NATS))
     answers = threshold_answers(tasks, full, references, reason, direct)
     selection = answers.select([_direct_at(t) for t in THRESHOLDS], range(len(tasks)), epsilon, delta)

@@ -13,6 +13,31 @@ from pathlib import Path
 from typing import Any, TextIO
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _budget_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--max-reasoning-tokens`` and ``--max-answer-tokens``: the budgets every run of a measurement gets."""
+    from agent_gravity._config import GravityConfig
+
+    default = {n: GravityConfig.model_fields[n].default for n in ("max_reasoning_tokens", "max_answer_tokens")}
+    parser.add_argument("--max-reasoning-tokens", type=_positive, default=default["max_reasoning_tokens"],
+                        help="every run's reasoning budget, the full run's included (default "
+                             f"{default['max_reasoning_tokens']}); the items it caps get 4x for their reference")
+    parser.add_argument("--max-answer-tokens", type=_positive, default=default["max_answer_tokens"],
+                        help=f"every run's answer budget (default {default['max_answer_tokens']})")
+
+
+def _budgets(args: argparse.Namespace) -> Any:
+    from agent_gravity.bench.savings import Budgets
+
+    return Budgets(args.max_reasoning_tokens, args.max_answer_tokens)
+
+
 def _quiet_engine_logs() -> None:
     # vLLM logs to stdout by default; keep stdout for our table or JSON.
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -167,8 +192,9 @@ def _bench_savings(args: argparse.Namespace) -> int:
     baseline = heldout.load_experiment(Path(args.baseline)) if args.baseline is not None else None
     tasks = (_family_tasks(args.per_family, args.families) if args.tasks == "families"
              else _tasks(0, args.items, args.free_text))
+    budgets = _budgets(args)
     if baseline is not None:
-        heldout.check_baseline(baseline, tasks)
+        heldout.check_baseline(baseline, tasks, budgets=budgets)
     steps = len(heldout.GRID) + 2 if split else len(args.methods)
     bar = tqdm(total=steps, desc="starting the vLLM engine", file=sys.stderr, unit="method")
     with contextlib.redirect_stdout(sys.stderr):
@@ -183,10 +209,12 @@ def _bench_savings(args: argparse.Namespace) -> int:
             return savings.ThinkingBudgetBackend(backend, n)
 
         if split:
-            experiment = heldout.answer_all(model, tasks, args.concurrency, budget, heldout.GRID, advance, baseline)
+            experiment = heldout.answer_all(model, tasks, args.concurrency, budget, heldout.GRID, advance, baseline,
+                                            budgets)
             report = heldout.main(experiment, grid, args.epsilon, args.delta, Path(args.out))
         else:
-            report = savings.main(model, tasks, args.methods, args.concurrency, budget, Path(args.out), advance)
+            report = savings.main(model, tasks, args.methods, args.concurrency, budget, Path(args.out), advance,
+                                  budgets)
     bar.close()
     return _print_report(args, report, heldout.table if split else savings.table, "savings", "per_item")
 
@@ -207,7 +235,7 @@ def _bench_route(args: argparse.Namespace) -> int:
             bar.update(1)
 
         report = route.main(model, tasks, args.concurrency, args.cheap_reasoning_tokens, args.epsilon, args.delta,
-                            Path(args.out), advance)
+                            Path(args.out), advance, _budgets(args))
     bar.close()
     return _print_report(args, report, route.table, "route", "per_item")
 
@@ -338,7 +366,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                                 "reasoning tokens/item")
             bar.update(1)
 
-        profile = calibrate(model, tasks, args.epsilon, args.delta, args.concurrency, grid, advance)
+        profile = calibrate(model, tasks, args.epsilon, args.delta, args.concurrency, grid, advance, _budgets(args))
     bar.close()
     path = update_profile(profile.model, **{k: getattr(profile, k) for k in ("gravity", "calibration", "measured")})
     c = profile.calibration
@@ -363,7 +391,7 @@ def _calibrate_route(args: argparse.Namespace) -> int:
     print(f"answering {len(tasks)} calibration items in full, with reasoning and directly", file=sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):
         model = ChatGravity(model=args.model)
-        found = calibrate_route(model, tasks, args.epsilon, args.delta, args.concurrency)
+        found = calibrate_route(model, tasks, args.epsilon, args.delta, args.concurrency, _budgets(args))
         name = model.get_backend().model_name
     path = update_profile(name, route=found)
     if found.direct_below is not None:
@@ -552,6 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     sav.add_argument("--methods", nargs="+", default=list(_SAVINGS_METHODS), choices=_SAVINGS_METHODS,
                      help="methods to run (default: all); full always runs, as the reference")
     sav.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    _budget_arguments(sav)
     sav.add_argument("--tasks", choices=["shipped", "families"], default="shipped",
                      help="the shipped task set (default), or the held-out families (several wordings each)")
     sav.add_argument("--split", choices=["none", "leave-one-family-out"], default="none",
@@ -571,8 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     rte.add_argument("--per-family", type=int, default=None, help="items per family (even; default: all 60)")
     rte.add_argument("--families", nargs="+", default=None, help="families to use (default: all)")
     rte.add_argument("--cheap-reasoning-tokens", type=int, default=32,
-                     help="the cheap tier's reasoning budget (default 32; the full tier has the default 256)")
+                     help="the cheap tier's reasoning budget (default 32; the others have --max-reasoning-tokens)")
     rte.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
+    _budget_arguments(rte)
     rte.add_argument("--epsilon", type=float, default=0.05, help="answer loss the direct threshold may allow (0.05)")
     rte.add_argument("--delta", type=float, default=0.1, help="chance the guarantee may fail (0.1)")
     _report_arguments(rte, "route")
@@ -700,6 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                    "(default: all)")
     cal.add_argument("--concurrency", type=int, default=8)
     cal.add_argument("--model", help="a local model folder (default: the embedded model)")
+    _budget_arguments(cal)
     cal.add_argument("--layers", action="store_true",
                      help="instead of the exit settings, choose the decoder layers to do without inside gravity zones "
                           "(layer drafts and lossy skipping) on the transformers backend; kept in the same profile")

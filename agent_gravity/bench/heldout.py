@@ -33,6 +33,7 @@ from agent_gravity.bench.savings import (
     REFERENCE_SCALE,
     VLLM_BUDGET,
     Answers,
+    Budgets,
     ItemResult,
     _warm,
     method_configs,
@@ -240,7 +241,7 @@ class Experiment:
 def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budget_backend: Callable[[int], Backend],
                grid: Sequence[Candidate] = GRID,
                on_method: Callable[[str, dict], None] = lambda n, s: None,
-               baseline: Experiment | None = None) -> Experiment:
+               baseline: Experiment | None = None, budgets: Budgets = Budgets()) -> Experiment:
     """Answer every item in full, the capped items again with 4x the budget (their references), and with every
     grid candidate and the baselines: Dynasor-style probing, and vLLM's budget at the default's mean reasoning
     length over all items (the same mean tokens, not a per-family tuning).
@@ -248,13 +249,14 @@ def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budg
     ``baseline`` (an earlier split run of the same items on the same model) supplies the full and reference
     answers, which gravity does not touch, so only the methods gravity steers run again.
     """
-    configs = {**candidates(GravityConfig(), grid), DYNASOR: method_configs(GravityConfig())[DYNASOR]}
+    configs = {name: budgets.apply(c) for name, c in
+               {**candidates(GravityConfig(), grid), DYNASOR: method_configs(GravityConfig())[DYNASOR]}.items()}
     if baseline is not None:
-        check_baseline(baseline, tasks, model.get_backend().model_name)
+        check_baseline(baseline, tasks, model.get_backend().model_name, budgets)
     _warm(model, tasks, concurrency)
     if baseline is None:
-        full, wall = run_method(model, tasks, GravityConfig(enabled=False), concurrency)
-        references = run_references(model, tasks, full, concurrency)
+        full, wall = run_method(model, tasks, budgets.apply(GravityConfig(enabled=False)), concurrency)
+        references = run_references(model, tasks, full, concurrency, budgets)
     else:
         full, wall, references = baseline.answers.full, baseline.walls.get(FULL), baseline.answers.references
     runs, walls = {FULL: full}, {FULL: wall}
@@ -263,20 +265,26 @@ def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budg
         on_method(name, summarize(tasks, full, runs[name], walls[name], references))
     budget = max(1, round(sum(r.reasoning_tokens for r in runs[DEFAULT]) / len(tasks)))
     capped_model = ChatGravity(backend=budget_backend(budget), gravity=model.gravity)
-    runs[VLLM_BUDGET], walls[VLLM_BUDGET] = run_method(capped_model, tasks, GravityConfig(enabled=False), concurrency)
+    runs[VLLM_BUDGET], walls[VLLM_BUDGET] = run_method(capped_model, tasks, budgets.apply(GravityConfig(enabled=False)),
+                                                       concurrency)
     on_method(VLLM_BUDGET, summarize(tasks, full, runs[VLLM_BUDGET], walls[VLLM_BUDGET], references))
     return Experiment(model.get_backend().model_name, Answers(tasks, full, references, runs), walls, budget,
                       concurrency, {n: c.model_dump(mode="json") for n, c in configs.items()})
 
 
-def check_baseline(baseline: Experiment, tasks: Sequence[Task], model: str | None = None) -> None:
-    """ValueError unless ``baseline`` answered exactly ``tasks`` (same ids and questions), with ``model`` if
-    given."""
+def check_baseline(baseline: Experiment, tasks: Sequence[Task], model: str | None = None,
+                   budgets: Budgets | None = None) -> None:
+    """ValueError unless ``baseline`` answered exactly ``tasks`` (same ids and questions), with ``model`` and
+    ``budgets`` if given."""
     if model is not None and baseline.model != model:
         raise ValueError(f"the baseline run used model {baseline.model!r}, this one {model!r}: rerun without --baseline")
     if [(t.id, t.question) for t in baseline.answers.tasks] != [(t.id, t.question) for t in tasks]:
         raise ValueError("the baseline run answered other items (pass the same --per-family and --families as it "
                          "did, or rerun without --baseline)")
+    if budgets is not None and (theirs := Budgets.of(baseline.configs[DEFAULT])) != budgets:
+        raise ValueError(f"the baseline run had reasoning/answer budgets {theirs.reasoning}/{theirs.answer}, this "
+                         f"one {budgets.reasoning}/{budgets.answer}: pass the same --max-reasoning-tokens and "
+                         "--max-answer-tokens, or rerun without --baseline")
 
 
 def analyse(experiment: Experiment, grid: Sequence[str], epsilon: float, delta: float) -> dict[str, Any]:

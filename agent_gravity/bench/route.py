@@ -33,7 +33,16 @@ from agent_gravity._limits import MAX_NATS
 from agent_gravity.bench import _stats
 from agent_gravity.bench._report import figure, interval, write_json
 from agent_gravity.bench.heldout import folds, leave_one_family_out
-from agent_gravity.bench.savings import FULL, Answers, ItemResult, _warm, run_method, run_references, summarize
+from agent_gravity.bench.savings import (
+    FULL,
+    Answers,
+    Budgets,
+    ItemResult,
+    _warm,
+    run_method,
+    run_references,
+    summarize,
+)
 from agent_gravity.bench.tasks import Task, agrees
 
 REASON = "reason"
@@ -181,15 +190,18 @@ def _tier_tokens(result: ItemResult) -> list[tuple[str, int]]:
 
 
 def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budget: int, epsilon: float,
-        delta: float, on_arm: Callable[[str], None] = lambda name: None) -> dict[str, Any]:
-    """Answer every item in each arm, route by bookkeeping, then run the chosen routes online."""
+        delta: float, on_arm: Callable[[str], None] = lambda name: None, budgets: Budgets = Budgets()
+        ) -> dict[str, Any]:
+    """Answer every item in each arm, route by bookkeeping, then run the chosen routes online; every arm runs at
+    ``budgets`` but the cheap tier, which reasons for ``cheap_budget`` tokens."""
     _warm(model, tasks, concurrency)
     if cheap_budget < 2:
         raise ValueError(f"the cheap tier's reasoning budget must be at least 2 tokens, got {cheap_budget}")
-    cheap_config = GravityConfig(max_reasoning_tokens=cheap_budget, min_tokens=min(GravityConfig().min_tokens,
-                                                                                   cheap_budget // 2))
-    arms = {FULL: (GravityConfig(enabled=False), {}), REASON: (GravityConfig(), {}),
-            DIRECT: (GravityConfig(), {"route": RouteConfig(think="adaptive", direct_below=MAX_NATS)}),
+    top = budgets.apply(GravityConfig())
+    cheap_config = Budgets(cheap_budget, budgets.answer).apply(
+        GravityConfig(min_tokens=min(top.min_tokens, cheap_budget // 2)))
+    arms = {FULL: (budgets.apply(GravityConfig(enabled=False)), {}), REASON: (top, {}),
+            DIRECT: (top, {"route": RouteConfig(think="adaptive", direct_below=MAX_NATS)}),
             CHEAP: (cheap_config, {})}
     results, walls = {}, {}
     for name, (config, options) in arms.items():
@@ -198,10 +210,10 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
     full, reason, direct, cheap = (results[k] for k in (FULL, REASON, DIRECT, CHEAP))
     per_token = {tier: walls[arm] / max(1, sum(r.spent for r in results[arm]))
                  for tier, arm in (("cheap", CHEAP), ("full", REASON))}
-    references = run_references(model, tasks, full, concurrency)
+    references = run_references(model, tasks, full, concurrency, budgets)
     adaptive = adaptive_report(tasks, full, references, reason, direct, epsilon, delta)
     curves = deferral_curves(tasks, cheap, reason)
-    online = _online(model, tasks, concurrency, adaptive, curves, cheap, cheap_config, on_arm)
+    online = _online(model, tasks, concurrency, adaptive, curves, cheap, (cheap_config, top), on_arm)
     answered = {**results, **{k: v[0] for k, v in online["results"].items()}}
     methods = {name: summarize(tasks, full, rs, walls.get(name), references) for name, rs in answered.items()}
     for name, rs in online["results"].items():
@@ -212,6 +224,7 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
     cascade = online["results"]["cascade"][0]
     return {"model": model.get_backend().model_name, "items": len(tasks), "families": sorted({t.kind for t in tasks}),
             "concurrency": concurrency, "cheap_tier": {"max_reasoning_tokens": cheap_budget},
+            "budgets": dataclasses.asdict(budgets),
             "seconds_per_token": per_token, "epsilon": epsilon, "delta": delta,
             "adaptive": adaptive, "deferral": curves, "methods": methods, "cost": cost,
             "cascade": {"escalate_above": online["escalate_above"], "quantile": 0.9,
@@ -224,10 +237,11 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
 
 
 def _online(model: ChatGravity, tasks: Sequence[Task], concurrency: int, adaptive: dict[str, Any],
-            curves: dict[str, Any], cheap: Sequence[ItemResult], cheap_config: GravityConfig,
+            curves: dict[str, Any], cheap: Sequence[ItemResult], tiers: tuple[GravityConfig, GravityConfig],
             on_arm: Callable[[str], None]) -> dict[str, Any]:
     """Run adaptive thinking with each family's held-out threshold, and the cascade at the cheap tier's median
-    q90 score (about half the calls sent up), through ChatGravity."""
+    q90 score (about half the calls sent up), through ChatGravity; ``tiers``: the cheap and the top settings."""
+    cheap_config, top = tiers
     by_family: dict[str, list[ItemResult]] = {}
     order = {t.id: i for i, t in enumerate(tasks)}
     wall = 0.0
@@ -235,14 +249,14 @@ def _online(model: ChatGravity, tasks: Sequence[Task], concurrency: int, adaptiv
         family = [t for t in tasks if t.kind == row["family"]]
         threshold = float(row["chosen"].split("<=")[1]) if row["chosen"] != REASON else None
         route = RouteConfig(think="adaptive", direct_below=threshold) if threshold is not None else None
-        by_family[row["family"]], seconds = run_method(model, family, GravityConfig(), concurrency, route=route)
+        by_family[row["family"]], seconds = run_method(model, family, top, concurrency, route=route)
         wall += seconds
     adaptive_online = sorted((r for rs in by_family.values() for r in rs), key=lambda r: order[r.id])
     on_arm("adaptive")
     scores = [s for s in (c.entropy_scores.get("q90") for c in cheap) if s is not None]
     above = float(np.median(scores)) if scores else 1.0
     tiered = ChatGravity(backend=model.get_backend(), tiers=[Tier(name="cheap", gravity=cheap_config),
-                                                                Tier(name="full")],
+                                                                Tier(name="full", gravity=top)],
                          route=RouteConfig(escalate_above=above, escalate_quantile=0.9))
     cascade, cascade_wall = run_method(tiered, tasks, None, concurrency)
     # an escalated tier's output was spent too: count it with the probes
@@ -297,9 +311,9 @@ def plot(report: dict[str, Any], path: Path) -> Path:
 
 
 def main(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budget: int, epsilon: float,
-         delta: float, out_dir: Path, on_arm: Callable[[str], None]) -> dict[str, Any]:
+         delta: float, out_dir: Path, on_arm: Callable[[str], None], budgets: Budgets = Budgets()) -> dict[str, Any]:
     """Run the benchmark; write ``route.json`` and ``route.png`` under ``out_dir``."""
-    report = run(model, tasks, concurrency, cheap_budget, epsilon, delta, on_arm)
+    report = run(model, tasks, concurrency, cheap_budget, epsilon, delta, on_arm, budgets)
     write_json(out_dir / "route.json", report)
     plot(report, out_dir / "route.png")
     return report

@@ -39,6 +39,25 @@ OUTPUT_CAP = "length"
 """The finish reason of an output cut by its token budget."""
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """The reasoning and answer budgets every method of one run gets, the full run's cap included (the shipped
+    defaults unless a reduced run asks for less)."""
+
+    reasoning: int = GravityConfig.model_fields["max_reasoning_tokens"].default
+    answer: int = GravityConfig.model_fields["max_answer_tokens"].default
+
+    def apply(self, config: GravityConfig) -> GravityConfig:
+        """``config`` with these budgets; pydantic's ValidationError for a budget it refuses."""
+        return GravityConfig.model_validate({**config.model_dump(), "max_reasoning_tokens": self.reasoning,
+                                             "max_answer_tokens": self.answer})
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Budgets:
+        """The budgets a run's stored configuration (``model_dump``) carried."""
+        return cls(config["max_reasoning_tokens"], config["max_answer_tokens"])
+
+
 def _only(policy: dict[str, Any] | None, probe: ProbeConfig | None = None,
           loop: dict[str, Any] | None = None) -> GravityConfig:
     return GravityConfig(policy=policy, probe=probe, loop=loop)
@@ -274,10 +293,10 @@ def reference_figures(tasks: Sequence[Task], full: list[ItemResult],
 
 
 def run_references(model: ChatGravity, tasks: Sequence[Task], full: list[ItemResult],
-                   concurrency: int) -> dict[str, ItemResult]:
+                   concurrency: int, budgets: Budgets = Budgets()) -> dict[str, ItemResult]:
     """Answer the items the full run capped again with ``REFERENCE_SCALE`` times the reasoning and answer
     budgets."""
-    base = GravityConfig(enabled=False)
+    base = budgets.apply(GravityConfig(enabled=False))
     config = base.model_copy(update={"max_reasoning_tokens": base.max_reasoning_tokens * REFERENCE_SCALE,
                                      "max_answer_tokens": base.max_answer_tokens * REFERENCE_SCALE})
     capped = [t for t, f in zip(tasks, full) if f.capped]
@@ -344,9 +363,9 @@ def goal(methods: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def run(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurrency: int,
         budget_backend: Callable[[int], Backend],
-        on_method: Callable[[str, dict], None] = lambda n, s: None) -> dict[str, Any]:
+        on_method: Callable[[str, dict], None] = lambda n, s: None, budgets: Budgets = Budgets()) -> dict[str, Any]:
     """Run the methods in order (full first, vllm_budget after default) and report them side by side."""
-    configs = method_configs(GravityConfig())
+    configs = {name: budgets.apply(c) for name, c in method_configs(GravityConfig()).items()}
     unknown = set(names) - set(configs)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {sorted(configs)}")
@@ -417,9 +436,9 @@ def plot(report: dict[str, Any], path: Path) -> Path:
 
 def main(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurrency: int,
          budget_backend: Callable[[int], Backend], out_dir: Path,
-         on_method: Callable[[str, dict], None]) -> dict[str, Any]:
+         on_method: Callable[[str, dict], None], budgets: Budgets = Budgets()) -> dict[str, Any]:
     """Run the benchmark and write ``savings.json`` and ``savings.png`` under ``out_dir``."""
-    report = run(model, tasks, names, concurrency, budget_backend, on_method)
+    report = run(model, tasks, names, concurrency, budget_backend, on_method, budgets)
     write_json(out_dir / "savings.json", report)
     plot(report, out_dir / "savings.png")
     return report

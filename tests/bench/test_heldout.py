@@ -9,7 +9,8 @@ import math
 import pytest
 
 from agent_gravity.bench import heldout
-from agent_gravity.bench.savings import Answers, ItemResult, answer_lost, reference_figures, summarize
+from agent_gravity._config import GravityConfig
+from agent_gravity.bench.savings import Answers, Budgets, ItemResult, answer_lost, reference_figures, summarize
 from agent_gravity.bench.tasks import Task
 
 FAMILIES = ("alpha", "beta", "gamma")
@@ -212,7 +213,8 @@ def test_a_saved_split_run_is_analysed_again_to_the_same_report(tmp_path):
 
 def test_a_baseline_run_supplies_the_full_and_reference_answers_and_only_steered_methods_run(monkeypatch, tmp_path):
     refs = {TASKS[0].id: result(TASKS[0], "4", 1024, capped=True)}
-    baseline = heldout.Experiment("m", Answers(TASKS, FULL, refs, {"full": FULL}), {"full": 9.0}, 20, 8, {})
+    baseline = heldout.Experiment("m", Answers(TASKS, FULL, refs, {"full": FULL}), {"full": 9.0}, 20, 8,
+                                  {"default": GravityConfig().model_dump(mode="json")})
     ran = []
 
     def run_method(model, tasks, config, concurrency):
@@ -230,6 +232,8 @@ def test_a_baseline_run_supplies_the_full_and_reference_answers_and_only_steered
         heldout.check_baseline(baseline, TASKS, "other")
     with pytest.raises(ValueError, match="answered other items"):
         heldout.check_baseline(baseline, TASKS[:-1])
+    with pytest.raises(ValueError, match="budgets 256/256, this one 64/32: pass the same --max-reasoning-tokens"):
+        heldout.answer_all(model, TASKS, 8, lambda n: None, baseline=baseline, budgets=Budgets(64, 32))
 
 
 def test_the_cli_refuses_a_baseline_of_other_items_before_starting_the_engine(tmp_path, capsys):

@@ -13,6 +13,7 @@ from agent_gravity._profile import load_profile
 from agent_gravity.bench.route import REASON, THRESHOLDS, adaptive_results, deferral_curves
 from agent_gravity.bench.savings import ItemResult
 from agent_gravity.bench.tasks import Task
+from tests.bench import SMALL
 
 QUESTION = "Tom has 3 apples and buys 5 more. How many apples does he have?"
 
@@ -93,10 +94,12 @@ def test_a_cascade_on_the_engine_keeps_the_cheap_answer_or_gives_the_full_tiers(
 def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_online_arms(chat, tmp_path, capsys):
     families = ["word_problems", "dates"]
     assert main(["bench", "route", "--per-family", "2", "--families", *families, "--epsilon", "0.5", "--delta", "0.5",
-                 "--cheap-reasoning-tokens", "16", "--out", str(tmp_path)]) == 0
+                 "--cheap-reasoning-tokens", "16", *SMALL, "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
     assert all(f in table for f in families) and "adaptive goal" in table and "deferral areas" in table
     report = json.loads((tmp_path / "route.json").read_text())
+    assert report["budgets"] == {"reasoning": 64, "answer": 32} and report["cheap_tier"]["max_reasoning_tokens"] == 16
+    assert all(r["reasoning_tokens"] <= 64 for r in report["per_item"]["full"])
     assert report["items"] == 4 and list(report["methods"]) == ["full", "reason", "direct", "cheap", "adaptive",
                                                                 "cascade"]
     direct = report["per_item"]["direct"]
@@ -127,7 +130,7 @@ def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_o
 def test_calibrate_route_writes_a_threshold_chat_gravity_then_routes_with(chat, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AGENT_GRAVITY_PROFILES", str(tmp_path))
     assert main(["calibrate", "--route", "--per-family", "2", "--families", "word_problems", "dates",
-                 "--epsilon", "0.5", "--delta", "0.5"]) == 0
+                 "--epsilon", "0.5", "--delta", "0.5", *SMALL]) == 0
     assert "wrote" in capsys.readouterr().out
     found = load_profile("SmolLM2-135M-Instruct").route
     assert found.items == 4 and found.families == ["dates", "word_problems"] and len(found.tests) >= 1
