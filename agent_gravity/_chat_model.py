@@ -18,8 +18,8 @@ from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCallChunk
 from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableMap, RunnablePassthrough
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, Generation
+from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.utils.function_calling import convert_to_json_schema
 from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
@@ -166,16 +166,28 @@ async def _achain(held: Sequence[StreamItem], rest: AsyncIterator[StreamItem]) -
         yield item
 
 
-def _whole_output(message: AIMessage) -> AIMessage:
-    """``message`` unless its output was cut by the token budget: LangChain's JSON parsers would close a cut
-    string and brackets and return a value the model never finished (OpenAI's client refuses it the same way)."""
-    if message.response_metadata.get("finish_reason") == "length":
-        tokens = (message.usage_metadata or {}).get("output_tokens")
-        raise OutputParserException(
-            f"the structured output was cut by the token budget after {tokens} tokens, so it is not whole JSON; "
-            "raise max_tokens (or GravityConfig.max_answer_tokens) or ask for a shorter value",
-            llm_output=message.text)
-    return message
+class _RefusesCut:
+    """Mixed into LangChain's JSON parsers: an output the token budget cut is refused, not closed by the parser
+    into a value the model never finished (OpenAI's client refuses it the same way). Partial values still stream;
+    the stream ends with the refusal."""
+
+    def parse_result(self, result: list[Generation], *, partial: bool = False) -> Any:
+        message = getattr(result[0], "message", None) if result else None
+        if message is not None and message.response_metadata.get("finish_reason") == "length":
+            tokens = (message.usage_metadata or {}).get("output_tokens")
+            raise OutputParserException(
+                f"the structured output was cut by the token budget after {tokens} tokens, so it is not whole "
+                "JSON; raise max_tokens (or GravityConfig.max_answer_tokens) or ask for a shorter value",
+                llm_output=message.text)
+        return super().parse_result(result, partial=partial)  # type: ignore[misc]
+
+
+class _WholeJsonParser(_RefusesCut, JsonOutputParser):
+    """JsonOutputParser that refuses a cut output."""
+
+
+class _WholePydanticParser(_RefusesCut, PydanticOutputParser):
+    """PydanticOutputParser that refuses a cut output."""
 
 
 def local_backend(model: str | None = None, **settings: Any) -> Backend:
@@ -374,8 +386,9 @@ class ChatGravity(BaseChatModel):
         ``json_schema`` and ``function_calling`` both run the schema's grammar (there is no separate
         tool channel); ``json_mode`` holds the output to any JSON object and parses it with the
         schema. The grammar is always strict, whatever ``strict`` says. Structured calls run
-        without a reasoning phase, and gravity never cuts them (it still records the trace). With
-        ``include_raw`` the result is ``{"raw", "parsed", "parsing_error"}``.
+        without a reasoning phase, and gravity never cuts them (it still records the trace); an
+        output the token budget cut raises OutputParserException. With ``include_raw`` the result
+        is ``{"raw", "parsed", "parsing_error"}``.
         """
         if kwargs:
             raise InvalidCallOptionError(f"unsupported with_structured_output options {sorted(kwargs)}; "
@@ -389,8 +402,7 @@ class ChatGravity(BaseChatModel):
             raise InvalidCallOptionError(f"cannot use {schema!r} as a structured-output schema ({exc}); pass a "
                                          "JSON schema dict, a pydantic model class or a TypedDict") from exc
         is_model = isinstance(schema, type) and is_basemodel_subclass(schema)  # pydantic v2 or v1
-        parser = RunnableLambda(_whole_output) | (
-            PydanticOutputParser(pydantic_object=schema) if is_model else JsonOutputParser())
+        parser = _WholePydanticParser(pydantic_object=schema) if is_model else _WholeJsonParser()
         grammar = {"type": "object"} if method == "json_mode" else json_schema
         llm = self.bind(response_format=grammar, ls_structured_output_format={"schema": json_schema})
         if not include_raw:

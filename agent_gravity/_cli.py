@@ -22,20 +22,24 @@ def _positive(text: str) -> int:
 
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
     """``--max-reasoning-tokens`` and ``--max-answer-tokens``: the budgets every run of a measurement gets."""
-    from agent_gravity._config import GravityConfig
+    from agent_gravity.bench.savings import Budgets
 
-    default = {n: GravityConfig.model_fields[n].default for n in ("max_reasoning_tokens", "max_answer_tokens")}
-    parser.add_argument("--max-reasoning-tokens", type=_positive, default=default["max_reasoning_tokens"],
-                        help="every run's reasoning budget, the full run's included (default "
-                             f"{default['max_reasoning_tokens']}); the items it caps get 4x for their reference")
-    parser.add_argument("--max-answer-tokens", type=_positive, default=default["max_answer_tokens"],
-                        help=f"every run's answer budget (default {default['max_answer_tokens']})")
+    default = Budgets()
+    parser.add_argument("--max-reasoning-tokens", type=_positive, default=default.reasoning,
+                        help=f"every run's reasoning budget, the full run's included (default {default.reasoning}); "
+                             "where references are run, the items it caps get 4x for theirs")
+    parser.add_argument("--max-answer-tokens", type=_positive, default=default.answer,
+                        help=f"every run's answer budget (default {default.answer})")
 
 
 def _budgets(args: argparse.Namespace) -> Any:
+    """The budgets asked for, checked before any engine starts (ValueError naming the setting it refuses)."""
+    from agent_gravity._config import GravityConfig
     from agent_gravity.bench.savings import Budgets
 
-    return Budgets(args.max_reasoning_tokens, args.max_answer_tokens)
+    budgets = Budgets(args.max_reasoning_tokens, args.max_answer_tokens)
+    budgets.apply(GravityConfig())
+    return budgets
 
 
 def _quiet_engine_logs() -> None:

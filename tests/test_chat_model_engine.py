@@ -247,6 +247,10 @@ def test_a_structured_output_cut_by_the_budget_is_refused_not_closed_by_the_pars
     raw = short.with_structured_output(PersonDict, include_raw=True).invoke("Bob is 40. Give his name and age.")
     assert raw["parsed"] is None and isinstance(raw["parsing_error"], OutputParserException)
     assert raw["raw"].response_metadata["finish_reason"] == "length"
+    with pytest.raises(OutputParserException, match="cut by the token budget"):  # partial values, then the refusal
+        list(short.with_structured_output(PersonDict).stream("Bob is 40. Give his name and age."))
+    streamed = list(chat.with_structured_output(PersonDict).stream("Bob is 40. Give his name and age."))
+    assert len(streamed) > 1 and set(streamed[-1]) == {"name", "age"}, "a whole output still streams partial values"
 
 
 def test_a_schema_that_is_not_one_is_a_clear_error(chat):

@@ -281,6 +281,9 @@ def check_baseline(baseline: Experiment, tasks: Sequence[Task], model: str | Non
     if [(t.id, t.question) for t in baseline.answers.tasks] != [(t.id, t.question) for t in tasks]:
         raise ValueError("the baseline run answered other items (pass the same --per-family and --families as it "
                          "did, or rerun without --baseline)")
+    if budgets is not None and DEFAULT not in baseline.configs:
+        raise ValueError("the baseline run records no configuration of 'default', so its budgets are unknown: rerun "
+                         "without --baseline")
     if budgets is not None and (theirs := Budgets.of(baseline.configs[DEFAULT])) != budgets:
         raise ValueError(f"the baseline run had reasoning/answer budgets {theirs.reasoning}/{theirs.answer}, this "
                          f"one {budgets.reasoning}/{budgets.answer}: pass the same --max-reasoning-tokens and "

@@ -109,7 +109,8 @@ def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_o
         below = None if row["chosen"] == REASON else float(row["chosen"].split("<=")[1])
         assert below is None or below in THRESHOLDS
         scores = [r["route"]["direct_score"] for r in direct if r["kind"] == row["family"]]
-        assert row["direct_share"] == (0 if below is None else sum(s is not None and s <= below for s in scores) / 2)
+        direct_below = [s is not None and s <= below for s in scores] if below is not None else [False] * len(scores)
+        assert row["direct_share"] == sum(direct_below) / len(scores)
     curves = report["deferral"]
     assert curves["shares"][0] == 0 and curves["shares"][-1] == 1
     for router in curves["routers"].values():  # nothing sent up: the cheap tier's quality; everything: the top's
@@ -120,8 +121,12 @@ def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_o
     assert all(c["tier"] == "cheap" for c in cheap)
     assert [r["tier"] == "cheap" for r in routes] == [not c["escalated"] for c in cheap]
     assert report["cascade"]["kept_on_cheap"] == sum(not c["escalated"] for c in cheap) / len(cheap)
-    for c in cheap:  # above the threshold always goes up; at or under it only for a reason of its own
-        assert c["escalated"] if c["score"] > above else (c["why"] is None) != c["escalated"]
+    for c in cheap:  # above the threshold (or no score) always goes up; at or under it only for a reason of its own
+        assert c["escalated"] == (c["why"] is not None)
+        if c["score"] is None or c["score"] > above:
+            assert c["escalated"] and c["why"] != "probes unsettled"
+        else:
+            assert c["why"] in (None, "no answer", "probes unsettled")
     assert report["seconds_per_token"]["cheap"] > 0
     assert (tmp_path / "route.png").stat().st_size > 1000
 
@@ -130,7 +135,7 @@ def test_bench_route_reports_held_out_thresholds_baselines_deferral_curves_and_o
 def test_calibrate_route_writes_a_threshold_chat_gravity_then_routes_with(chat, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("AGENT_GRAVITY_PROFILES", str(tmp_path))
     assert main(["calibrate", "--route", "--per-family", "2", "--families", "word_problems", "dates",
-                 "--epsilon", "0.5", "--delta", "0.5", *SMALL]) == 0
+                 "--epsilon", "0.9", "--delta", "0.5", *SMALL]) == 0
     assert "wrote" in capsys.readouterr().out
     found = load_profile("SmolLM2-135M-Instruct").route
     assert found.items == 4 and found.families == ["dates", "word_problems"] and len(found.tests) >= 1
@@ -138,4 +143,5 @@ def test_calibrate_route_writes_a_threshold_chat_gravity_then_routes_with(chat, 
     assert found.direct_below in THRESHOLDS and found.bound <= found.epsilon
     route = chat.invoke(QUESTION, route=RouteConfig(think="adaptive")).response_metadata["gravity"]["route"]
     assert route["direct_below"] == found.direct_below
-    assert route["route"] == ("direct" if route["direct_score"] <= found.direct_below else "reason")
+    sure = route["direct_score"] is not None and route["direct_score"] <= found.direct_below
+    assert route["route"] == ("direct" if sure else "reason")

@@ -70,12 +70,12 @@ def test_calibrate_writes_a_profile_with_its_guarantee_that_chat_gravity_then_us
                                                                                    capsys):
     monkeypatch.setenv("AGENT_GRAVITY_PROFILES", str(tmp_path))
     assert main(["calibrate", "--per-family", "2", "--families", "word_problems", "dates", "--candidates",
-                 "careful", "default", "--epsilon", "0.5", "--delta", "0.5", *SMALL]) == 0
+                 "careful", "default", "--epsilon", "0.9", "--delta", "0.5", *SMALL]) == 0
     assert "wrote" in capsys.readouterr().out
     profile = load_profile("SmolLM2-135M-Instruct")
     c = profile.calibration
     assert c is not None and c.items == 4 and c.families == ["dates", "word_problems"]
-    assert (c.epsilon, c.delta) == (0.5, 0.5) and [t["name"] for t in profile.measured["tests"]] == ["careful",
+    assert (c.epsilon, c.delta) == (0.9, 0.5) and [t["name"] for t in profile.measured["tests"]] == ["careful",
                                                                                                       "default"]
     # at these loose levels a candidate is certified on 4 items: the profile carries its settings
     assert c.bound_met and c.candidate in ("careful", "default") and c.bound <= c.epsilon
@@ -83,4 +83,4 @@ def test_calibrate_writes_a_profile_with_its_guarantee_that_chat_gravity_then_us
     model = ChatGravity()
     assert model.gravity == profile.gravity
     risk = model.invoke("What is 2 + 3?").response_metadata["gravity"]["risk"]
-    assert risk["epsilon"] == 0.5 and risk["delta"] == 0.5 and risk["profile"].endswith("SmolLM2-135M-Instruct.json")
+    assert risk["epsilon"] == 0.9 and risk["delta"] == 0.5 and risk["profile"].endswith("SmolLM2-135M-Instruct.json")
