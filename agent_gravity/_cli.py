@@ -22,14 +22,11 @@ def _positive(text: str) -> int:
 
 def _budget_arguments(parser: argparse.ArgumentParser) -> None:
     """``--max-reasoning-tokens`` and ``--max-answer-tokens``: the budgets every run of a measurement gets."""
-    from agent_gravity.bench.savings import Budgets
-
-    default = Budgets()
-    parser.add_argument("--max-reasoning-tokens", type=_positive, default=default.reasoning,
-                        help=f"every run's reasoning budget, the full run's included (default {default.reasoning}); "
+    parser.add_argument("--max-reasoning-tokens", type=_positive, default=None,
+                        help="every run's reasoning budget, the full run's included (default: GravityConfig's); "
                              "where references are run, the items it caps get 4x for theirs")
-    parser.add_argument("--max-answer-tokens", type=_positive, default=default.answer,
-                        help=f"every run's answer budget (default {default.answer})")
+    parser.add_argument("--max-answer-tokens", type=_positive, default=None,
+                        help="every run's answer budget (default: GravityConfig's)")
 
 
 def _budgets(args: argparse.Namespace) -> Any:
@@ -37,7 +34,8 @@ def _budgets(args: argparse.Namespace) -> Any:
     from agent_gravity._config import GravityConfig
     from agent_gravity.bench.savings import Budgets
 
-    budgets = Budgets(args.max_reasoning_tokens, args.max_answer_tokens)
+    asked = {"reasoning": args.max_reasoning_tokens, "answer": args.max_answer_tokens}
+    budgets = Budgets(**{k: v for k, v in asked.items() if v is not None})
     budgets.apply(GravityConfig())
     return budgets
 

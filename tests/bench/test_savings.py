@@ -11,7 +11,7 @@ from agent_gravity._cli import _SAVINGS_METHODS
 from agent_gravity._config import GravityConfig, ReasoningFormat
 from agent_gravity.backends.base import GenerationRequest, SamplingSettings
 from agent_gravity.bench import _stats, savings
-from agent_gravity.bench.savings import ItemResult, ThinkingBudgetBackend, goal, summarize
+from agent_gravity.bench.savings import Budgets, ItemResult, ThinkingBudgetBackend, goal, summarize
 from agent_gravity.bench.tasks import Task
 
 
@@ -111,3 +111,16 @@ def test_thinking_budget_backend_caps_every_request_and_changes_nothing_else():
     assert sent.sampling.thinking_token_budget == 17
     assert dataclasses.replace(sent.sampling, thinking_token_budget=None) == request.sampling
     assert ReasoningFormat().engine_markers() == ("<think>", "</think>\nAnswer:")
+
+
+def test_budgets_default_to_gravity_configs_and_bad_ones_are_refused_before_any_engine_starts():
+    from agent_gravity._cli import _budgets, build_parser, main
+
+    assert _budgets(build_parser().parse_args(["calibrate"])) == Budgets() == Budgets(
+        GravityConfig().max_reasoning_tokens, GravityConfig().max_answer_tokens)
+    assert _budgets(build_parser().parse_args(["bench", "route", "--max-answer-tokens", "32"])) == Budgets(answer=32)
+    assert Budgets(64, 32).apply(GravityConfig(enabled=False)).model_dump() == GravityConfig(
+        enabled=False, max_reasoning_tokens=64, max_answer_tokens=32).model_dump()
+    assert main(["bench", "savings", "--max-reasoning-tokens", "8"]) == 2  # below min_tokens: gravity could never fire
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["calibrate", "--max-answer-tokens", "0"])
