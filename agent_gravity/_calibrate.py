@@ -109,8 +109,8 @@ def calibrate(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 0.05, 
     """Measure every candidate against the full run, all at ``budgets``, and return the profile of the certified
     one (which keeps those budgets: they are what was certified)."""
     _enough_questions(tasks, epsilon, delta)
-    configs = {name: budgets.apply(c) for name, c in candidates(GravityConfig(), grid).items()}
-    full, _ = run_method(model, tasks, budgets.apply(GravityConfig(enabled=False)), concurrency)
+    configs = budgets.apply_all(candidates(GravityConfig(), grid))
+    full, _ = run_method(model, tasks, budgets.full(), concurrency)
     references = run_references(model, tasks, full, concurrency, budgets)
     runs = {}
     for name, config in configs.items():
@@ -135,7 +135,7 @@ def calibrate_route(model: ChatGravity, tasks: Sequence[Task], epsilon: float = 
     from agent_gravity.bench.route import THRESHOLDS, _direct_at, direct_share, threshold_answers
 
     _enough_questions(tasks, epsilon, delta)
-    full, _ = run_method(model, tasks, budgets.apply(GravityConfig(enabled=False)), concurrency)
+    full, _ = run_method(model, tasks, budgets.full(), concurrency)
     references = run_references(model, tasks, full, concurrency, budgets)
     gravity = budgets.apply(model.gravity)
     reason, _ = run_method(model, tasks, gravity, concurrency)

@@ -227,7 +227,7 @@ def _bench_route(args: argparse.Namespace) -> int:
     from agent_gravity._chat_model import ChatGravity, local_backend
     from agent_gravity.bench import route
 
-    tasks = _family_tasks(args.per_family, args.families)
+    tasks, budgets = _family_tasks(args.per_family, args.families), _budgets(args)
     bar = tqdm(total=6, desc="starting the vLLM engine", file=sys.stderr, unit="arm")
     with contextlib.redirect_stdout(sys.stderr):
         model = ChatGravity(backend=local_backend(args.model))
@@ -237,7 +237,7 @@ def _bench_route(args: argparse.Namespace) -> int:
             bar.update(1)
 
         report = route.main(model, tasks, args.concurrency, args.cheap_reasoning_tokens, args.epsilon, args.delta,
-                            Path(args.out), advance, _budgets(args))
+                            Path(args.out), advance, budgets)
     bar.close()
     return _print_report(args, report, route.table, "route", "per_item")
 
@@ -351,9 +351,12 @@ def _calibrate(args: argparse.Namespace) -> int:
     from agent_gravity._profile import update_profile
 
     if args.layers:
+        if (args.max_reasoning_tokens, args.max_answer_tokens) != (None, None):
+            raise SystemExit("--layers measures answers of --layer-tokens tokens: it takes no --max-*-tokens")
         return _calibrate_layers(args)
+    budgets = _budgets(args)
     if args.route:
-        return _calibrate_route(args)
+        return _calibrate_route(args, budgets)
     unknown = set(args.candidates or ()) - {c.name for c in GRID}
     if unknown:
         raise SystemExit(f"unknown candidates {sorted(unknown)}; the grid is {[c.name for c in GRID]}")
@@ -368,7 +371,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                                 "reasoning tokens/item")
             bar.update(1)
 
-        profile = calibrate(model, tasks, args.epsilon, args.delta, args.concurrency, grid, advance, _budgets(args))
+        profile = calibrate(model, tasks, args.epsilon, args.delta, args.concurrency, grid, advance, budgets)
     bar.close()
     path = update_profile(profile.model, **{k: getattr(profile, k) for k in ("gravity", "calibration", "measured")})
     c = profile.calibration
@@ -384,7 +387,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate_route(args: argparse.Namespace) -> int:
+def _calibrate_route(args: argparse.Namespace, budgets: Any) -> int:
     from agent_gravity._calibrate import calibrate_route
     from agent_gravity._chat_model import ChatGravity
     from agent_gravity._profile import update_profile
@@ -393,7 +396,7 @@ def _calibrate_route(args: argparse.Namespace) -> int:
     print(f"answering {len(tasks)} calibration items in full, with reasoning and directly", file=sys.stderr)
     with contextlib.redirect_stdout(sys.stderr):
         model = ChatGravity(model=args.model)
-        found = calibrate_route(model, tasks, args.epsilon, args.delta, args.concurrency, _budgets(args))
+        found = calibrate_route(model, tasks, args.epsilon, args.delta, args.concurrency, budgets)
         name = model.get_backend().model_name
     path = update_profile(name, route=found)
     if found.direct_below is not None:

@@ -249,13 +249,13 @@ def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budg
     ``baseline`` (an earlier split run of the same items on the same model) supplies the full and reference
     answers, which gravity does not touch, so only the methods gravity steers run again.
     """
-    configs = {name: budgets.apply(c) for name, c in
-               {**candidates(GravityConfig(), grid), DYNASOR: method_configs(GravityConfig())[DYNASOR]}.items()}
+    configs = budgets.apply_all({**candidates(GravityConfig(), grid),
+                                 DYNASOR: method_configs(GravityConfig())[DYNASOR]})
     if baseline is not None:
         check_baseline(baseline, tasks, model.get_backend().model_name, budgets)
     _warm(model, tasks, concurrency)
     if baseline is None:
-        full, wall = run_method(model, tasks, budgets.apply(GravityConfig(enabled=False)), concurrency)
+        full, wall = run_method(model, tasks, budgets.full(), concurrency)
         references = run_references(model, tasks, full, concurrency, budgets)
     else:
         full, wall, references = baseline.answers.full, baseline.walls.get(FULL), baseline.answers.references
@@ -265,8 +265,7 @@ def answer_all(model: ChatGravity, tasks: Sequence[Task], concurrency: int, budg
         on_method(name, summarize(tasks, full, runs[name], walls[name], references))
     budget = max(1, round(sum(r.reasoning_tokens for r in runs[DEFAULT]) / len(tasks)))
     capped_model = ChatGravity(backend=budget_backend(budget), gravity=model.gravity)
-    runs[VLLM_BUDGET], walls[VLLM_BUDGET] = run_method(capped_model, tasks, budgets.apply(GravityConfig(enabled=False)),
-                                                       concurrency)
+    runs[VLLM_BUDGET], walls[VLLM_BUDGET] = run_method(capped_model, tasks, budgets.full(), concurrency)
     on_method(VLLM_BUDGET, summarize(tasks, full, runs[VLLM_BUDGET], walls[VLLM_BUDGET], references))
     return Experiment(model.get_backend().model_name, Answers(tasks, full, references, runs), walls, budget,
                       concurrency, {n: c.model_dump(mode="json") for n, c in configs.items()})

@@ -200,7 +200,7 @@ def run(model: ChatGravity, tasks: Sequence[Task], concurrency: int, cheap_budge
     top = budgets.apply(GravityConfig())
     cheap_config = Budgets(cheap_budget, budgets.answer).apply(
         GravityConfig(min_tokens=min(top.min_tokens, cheap_budget // 2)))
-    arms = {FULL: (budgets.apply(GravityConfig(enabled=False)), {}), REASON: (top, {}),
+    arms = {FULL: (budgets.full(), {}), REASON: (top, {}),
             DIRECT: (top, {"route": RouteConfig(think="adaptive", direct_below=MAX_NATS)}),
             CHEAP: (cheap_config, {})}
     results, walls = {}, {}

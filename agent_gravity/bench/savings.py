@@ -52,6 +52,14 @@ class Budgets:
         return GravityConfig.model_validate({**config.model_dump(), "max_reasoning_tokens": self.reasoning,
                                              "max_answer_tokens": self.answer})
 
+    def full(self) -> GravityConfig:
+        """The full run's settings (gravity off) at these budgets."""
+        return self.apply(GravityConfig(enabled=False))
+
+    def apply_all(self, configs: dict[str, GravityConfig]) -> dict[str, GravityConfig]:
+        """Every configuration of ``configs`` at these budgets, by name."""
+        return {name: self.apply(config) for name, config in configs.items()}
+
     @classmethod
     def of(cls, config: dict[str, Any]) -> Budgets:
         """The budgets a run's stored configuration (``model_dump``) carried."""
@@ -296,7 +304,7 @@ def run_references(model: ChatGravity, tasks: Sequence[Task], full: list[ItemRes
                    concurrency: int, budgets: Budgets = Budgets()) -> dict[str, ItemResult]:
     """Answer the items the full run capped again with ``REFERENCE_SCALE`` times the reasoning and answer
     budgets."""
-    base = budgets.apply(GravityConfig(enabled=False))
+    base = budgets.full()
     config = base.model_copy(update={"max_reasoning_tokens": base.max_reasoning_tokens * REFERENCE_SCALE,
                                      "max_answer_tokens": base.max_answer_tokens * REFERENCE_SCALE})
     capped = [t for t, f in zip(tasks, full) if f.capped]
@@ -365,7 +373,7 @@ def run(model: ChatGravity, tasks: Sequence[Task], names: Sequence[str], concurr
         budget_backend: Callable[[int], Backend],
         on_method: Callable[[str, dict], None] = lambda n, s: None, budgets: Budgets = Budgets()) -> dict[str, Any]:
     """Run the methods in order (full first, vllm_budget after default) and report them side by side."""
-    configs = {name: budgets.apply(c) for name, c in method_configs(GravityConfig()).items()}
+    configs = budgets.apply_all(method_configs(GravityConfig()))
     unknown = set(names) - set(configs)
     if unknown:
         raise ValueError(f"unknown methods {sorted(unknown)}; choose from {sorted(configs)}")

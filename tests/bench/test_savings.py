@@ -124,3 +124,6 @@ def test_budgets_default_to_gravity_configs_and_bad_ones_are_refused_before_any_
     assert main(["bench", "savings", "--max-reasoning-tokens", "8"]) == 2  # below min_tokens: gravity could never fire
     with pytest.raises(SystemExit):
         build_parser().parse_args(["calibrate", "--max-answer-tokens", "0"])
+    with pytest.raises(SystemExit, match="--layers .* takes no --max-\\*-tokens"):
+        main(["calibrate", "--layers", "--max-answer-tokens", "32"])
+    assert Budgets(64, 32).apply_all({"full": GravityConfig(enabled=False)}) == {"full": Budgets(64, 32).full()}
